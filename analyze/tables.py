@@ -1,0 +1,146 @@
+"""The normalized tables every reader returns and every analysis takes.
+
+Times are int64 nanoseconds, sizes int64 bytes, names strings (pandas
+``category``). Readers convert units and decode names once; analyses never see
+a file format. ``validate()`` coerces a reader's frame to the schema so a
+missing or misspelt column fails where it is made, not three analyses later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+I64 = "int64"
+F64 = "float64"
+CAT = "category"
+STR = "object"
+
+KERNELS = {
+    "start_ns": I64,
+    "end_ns": I64,
+    "duration_ns": I64,
+    "name": CAT,  # short name as nsys prints it ("ampere_sgemm_128x64_tn")
+    "demangled_name": CAT,  # full signature; equals name when unknown
+    "device_id": I64,
+    "stream_id": I64,
+    "correlation_id": I64,
+    "pid": I64,  # launching process (rank in multi-process runs)
+    "grid_x": I64,
+    "grid_y": I64,
+    "grid_z": I64,
+    "block_x": I64,
+    "block_y": I64,
+    "block_z": I64,
+    "registers_per_thread": I64,
+    "shared_memory_bytes": I64,  # static + dynamic
+}
+
+# CUDA runtime/driver API calls on the CPU (cudaLaunchKernel, cudaMemcpyAsync...)
+RUNTIME = {
+    "start_ns": I64,
+    "end_ns": I64,
+    "duration_ns": I64,
+    "name": CAT,
+    "pid": I64,
+    "tid": I64,
+    "correlation_id": I64,
+}
+
+# GPU memory operations: memcpy and memset
+MEMOPS = {
+    "start_ns": I64,
+    "end_ns": I64,
+    "duration_ns": I64,
+    "name": CAT,  # "[CUDA memcpy Host-to-Device]", "[CUDA memset]" (nsys wording)
+    "kind": CAT,  # "memcpy" or "memset"
+    "size_bytes": I64,
+    "device_id": I64,
+    "stream_id": I64,
+    "correlation_id": I64,
+    "pid": I64,
+}
+
+# CPU-side annotated ranges: NVTX push/pop and start/end, or record_function
+NVTX_RANGES = {
+    "start_ns": I64,
+    "end_ns": I64,
+    "duration_ns": I64,
+    "name": CAT,
+    "domain": CAT,  # "" for the default domain
+    "style": CAT,  # "push_pop" or "start_end"
+    "pid": I64,
+    "tid": I64,  # thread that opened the range
+    "end_tid": I64,  # thread that closed it (start/end ranges may differ)
+    "depth": I64,  # nesting level on its thread, 0 = outermost (push/pop only)
+}
+
+GPUS = {
+    "device_id": I64,
+    "name": STR,
+    "sm_count": I64,
+    "memory_bytes": I64,
+    "memory_bandwidth_bytes_per_s": I64,
+    "clock_rate_hz": I64,
+    "compute_capability": STR,
+}
+
+THREADS = {"pid": I64, "tid": I64, "thread_name": STR, "process_name": STR}
+
+SCHEMAS = {
+    "kernels": KERNELS,
+    "runtime": RUNTIME,
+    "memops": MEMOPS,
+    "nvtx": NVTX_RANGES,
+    "gpus": GPUS,
+    "threads": THREADS,
+}
+
+
+def empty(schema: dict[str, str]) -> pd.DataFrame:
+    """A frame with no rows and the schema's columns and dtypes."""
+    return validate(pd.DataFrame({c: [] for c in schema}), schema)
+
+
+def validate(df: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
+    """Return ``df`` with exactly the schema's columns, in order, with its dtypes.
+
+    Raises ``KeyError`` naming the missing columns: a reader bug, not bad input.
+    """
+    missing = [c for c in schema if c not in df.columns]
+    if missing:
+        raise KeyError(f"normalized table lacks columns {missing}")
+    out = df.loc[:, list(schema)]
+    casts = {c: t for c, t in schema.items() if str(out[c].dtype) != t}
+    for col, dtype in casts.items():
+        if dtype == I64:
+            out[col] = pd.to_numeric(out[col], errors="coerce").fillna(-1).astype(I64)
+        elif dtype == STR:
+            out[col] = out[col].astype(str)
+        else:
+            out[col] = out[col].astype(dtype)
+    return out.reset_index(drop=True)
+
+
+@dataclass
+class Trace:
+    """Everything a reader extracts from one profile, as normalized tables.
+
+    ``meta`` holds provenance: source path, format ("nsys-sqlite", "kineto"),
+    schema or tool version, and any metadata sidecar found beside the file.
+    """
+
+    kernels: pd.DataFrame = field(default_factory=lambda: empty(KERNELS))
+    runtime: pd.DataFrame = field(default_factory=lambda: empty(RUNTIME))
+    memops: pd.DataFrame = field(default_factory=lambda: empty(MEMOPS))
+    nvtx: pd.DataFrame = field(default_factory=lambda: empty(NVTX_RANGES))
+    gpus: pd.DataFrame = field(default_factory=lambda: empty(GPUS))
+    threads: pd.DataFrame = field(default_factory=lambda: empty(THREADS))
+    meta: dict = field(default_factory=dict)
+
+    def validated(self) -> "Trace":
+        """Coerce every table to its schema (readers call this before returning)."""
+        for attr, schema in SCHEMAS.items():
+            setattr(self, attr, validate(getattr(self, attr), schema))
+        return self

@@ -1,0 +1,1 @@
+"""profiler-kit: glue between workloads, readers/analyses and report renderers."""

@@ -1,0 +1,3 @@
+from profiler_kit.cli import cli
+
+cli(prog_name="profiler-kit")

@@ -1,0 +1,1 @@
+"""Renderers: Report -> str. They format; they never compute figures."""

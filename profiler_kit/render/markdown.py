@@ -1,0 +1,43 @@
+"""Report -> markdown (tables by tabulate)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from tabulate import tabulate
+
+from profiler_kit.render.units import for_display
+from profiler_kit.report import Report, Section
+
+
+def render_table_md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """One DataFrame as a GitHub markdown table with display units."""
+    if df.empty:
+        return "_(no rows)_"
+    shown = for_display(df).astype(object).where(lambda d: d.notna(), "")
+    return tabulate(shown, headers="keys", tablefmt="github", showindex=False, floatfmt=floatfmt)
+
+
+def _section(sec: Section, level: int, html_name: str | None) -> list[str]:
+    out = [f"{'#' * level} {sec.title}", ""]
+    for para in sec.text:
+        out += [para, ""]
+    for table in sec.tables:
+        out += [f"**{table.title}**", "", render_table_md(table.df), ""]
+        if table.note:
+            out += [f"_{table.note}_", ""]
+    if sec.figures and html_name:
+        names = ", ".join(f.title for f in sec.figures)
+        out += [f"Charts ({names}): see [{html_name}]({html_name}).", ""]
+    for sub in sec.sections:
+        out += _section(sub, min(level + 1, 6), html_name)
+    return out
+
+
+def render_markdown(report: Report, html_name: str | None = None) -> str:
+    """The whole report as markdown; ``html_name`` links the chart file beside it."""
+    lines = [f"# {report.title}", ""]
+    for para in report.text:
+        lines += [para, ""]
+    for sec in report.sections:
+        lines += _section(sec, 2, html_name)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,34 @@
+"""Display units, chosen from column-name suffixes (the one place units are picked)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+# suffix -> (display suffix, divisor); first match wins
+UNIT_RULES = (
+    ("_ns", " (ms)", 1e6),
+    ("_us", " (ms)", 1e3),
+    ("_bytes", " (MiB)", 2**20),
+    ("_frac", " (%)", 0.01),
+    ("_per_s", " (/s)", 1.0),
+)
+
+
+def display_column(col: str) -> tuple[str, float]:
+    """Return the display title of a raw column and the divisor that scales it."""
+    for suffix, unit, div in UNIT_RULES:
+        if col.endswith(suffix):
+            return col[: -len(suffix)].replace("_", " ") + unit, div
+    return col.replace("_", " "), 1.0
+
+
+def for_display(df: pd.DataFrame) -> pd.DataFrame:
+    """Scale unit-suffixed numeric columns and rename them to display titles."""
+    out = {}
+    for col in df.columns:
+        title, div = display_column(str(col))
+        s = df[col]
+        if div != 1.0 and pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+            s = s / div
+        out[title] = s
+    return pd.DataFrame(out, index=df.index)

@@ -1,0 +1,1 @@
+"""NVTX-annotated PyTorch workloads (torch only; no analysis code here)."""
