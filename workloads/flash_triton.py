@@ -1,0 +1,475 @@
+"""FlashAttention-2 in Triton: forward and backward kernels, autotuned for H100/H200.
+
+Layout: inputs ``(batch, seq, d)`` or ``(batch, heads, seq, d)`` are flattened
+to ``(batch*heads, seq, d)`` contiguous. ``d`` must be a power of two from 16
+to 256 (``tl.dot`` tiles); the sequence length is free: loads are masked when
+it is not a multiple of the tiles (``EVEN`` is a constexpr, so the common case
+pays nothing).
+
+- Forward: grid ``(query tiles, batch*heads)``; fp32 accumulators, online
+  softmax in base 2 (the scale is folded into ``log2(e)``), output in the input
+  dtype, and the natural-log logsumexp ``L`` saved for backward. With
+  ``IS_CAUSAL`` (a constexpr) the key loop stops at the diagonal: fully masked
+  tiles are never loaded, and only the diagonal tile pays for the mask. Query
+  tiles run heaviest first so the short ones fill the tail of the launch.
+- Backward: ``D = rowsum(dO * O)`` in a small kernel, then two kernels with no
+  race on dQ: one program per key tile accumulates dK, dV over query tiles;
+  one program per query tile accumulates dQ over key tiles. Each gradient tile
+  has exactly one writer, so no atomics and results are deterministic.
+
+The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
+treats them as opaque calls (no graph break, no tracing into Triton).
+
+Set ``TRITON_INTERPRET=1`` before importing this module to run the kernels on
+the CPU (tests do); a single small tile config is then used.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _interpreter_numpy_shim() -> None:
+    """Let Triton 3.6's interpreter run ``range(lo, hi)`` over runtime scalars with NumPy >= 2.4.
+
+    The interpreter keeps scalars as 1-element arrays and converts them with
+    ``int(array)``, which NumPy 2.4 rejects for arrays with a dimension. This
+    re-registers ``__index__`` with ``.item()`` after the interpreter patches
+    ``tl.tensor`` (and is undone with it). CPU tests only; compiled kernels are untouched.
+    """
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_numpy_shim", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._numpy_shim = True
+    interpreter._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _interpreter_numpy_shim()
+
+
+def _cfg(bm, bn, warps, stages):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+
+
+# Candidates for Hopper (H100/H200). BLOCK_M must be a multiple of BLOCK_N for
+# the forward and dQ (causal diagonal split), and BLOCK_N of BLOCK_M for dK/dV.
+if INTERPRET:
+    FWD_CONFIGS = [_cfg(16, 16, 4, 1)]
+    DKDV_CONFIGS = [_cfg(16, 32, 4, 1)]
+    DQ_CONFIGS = [_cfg(32, 16, 4, 1)]
+else:
+    FWD_CONFIGS = [
+        _cfg(128, 64, 4, 3),
+        _cfg(128, 64, 8, 3),
+        _cfg(128, 128, 8, 3),
+        _cfg(128, 64, 4, 4),
+        _cfg(128, 128, 8, 2),
+        _cfg(64, 64, 4, 3),
+    ]
+    DKDV_CONFIGS = [
+        _cfg(32, 128, 4, 4),
+        _cfg(32, 128, 4, 5),
+        _cfg(64, 128, 8, 3),
+        _cfg(64, 128, 4, 3),
+        _cfg(32, 64, 4, 3),
+    ]
+    DQ_CONFIGS = [
+        _cfg(128, 32, 4, 4),
+        _cfg(128, 32, 4, 5),
+        _cfg(128, 64, 8, 3),
+        _cfg(128, 64, 4, 3),
+        _cfg(64, 32, 4, 3),
+    ]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop tiles much larger than the sequence and, for d=128, the register-hungry ones."""
+    n = named_args["N_CTX"]
+    d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
+    cap = max(16, triton.next_power_of_2(n))
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= cap and c.kwargs["BLOCK_N"] <= cap]
+    if d is not None and d >= 128:
+        kept = [c for c in kept if not (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128 and c.num_warps < 8)]
+    return kept or configs[-1:]
+
+
+def _even(args):
+    return args["N_CTX"] % args["BLOCK_M"] == 0 and args["N_CTX"] % args["BLOCK_N"] == 0
+
+
+_KEY = ["N_CTX", "HEAD_DIM", "IS_CAUSAL"]
+
+
+# ---------------------------------------------------------------- forward
+
+
+@triton.jit
+def _fwd_inner(
+    acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, IS_CAUSAL: tl.constexpr,
+):  # fmt: skip
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+        if EVEN:
+            k = tl.load(k_base + kv_off)
+        else:
+            k = tl.load(k_base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+        qk = tl.dot(q, tl.trans(k))
+        if MASK:
+            qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
+        elif not EVEN and not IS_CAUSAL:
+            qk = tl.where(offs_n[None, :] < N_CTX, qk, float("-inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if EVEN:
+            v = tl.load(v_base + kv_off)
+        else:
+            v = tl.load(v_base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.autotune(configs=FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.heuristics({"EVEN": _even})
+@triton.jit
+def _fwd_kernel(
+    Q, K, V, Out, L, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+):  # fmt: skip
+    num_m = tl.cdiv(N_CTX, BLOCK_M)
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = num_m - 1 - pid_m  # longest rows first
+    off_bh = tl.program_id(1).to(tl.int64)
+    base = off_bh * N_CTX * HEAD_DIM
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    if EVEN:
+        q = tl.load(Q + base + q_off)
+    else:
+        q = tl.load(Q + base + q_off, mask=offs_m[:, None] < N_CTX, other=0.0)
+    qk_scale = sm_scale * 1.4426950408889634
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    if IS_CAUSAL:
+        diag = pid_m * BLOCK_M
+        acc, l_i, m_i = _fwd_inner(
+            acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
+        )  # fmt: skip
+        acc, l_i, m_i = _fwd_inner(
+            acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, True, EVEN, IS_CAUSAL,
+        )  # fmt: skip
+    else:
+        acc, l_i, m_i = _fwd_inner(
+            acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
+        )  # fmt: skip
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    if EVEN:
+        tl.store(Out + base + q_off, acc.to(Out.dtype.element_ty))
+        tl.store(L + off_bh * N_CTX + offs_m, lse)
+    else:
+        tl.store(Out + base + q_off, acc.to(Out.dtype.element_ty), mask=offs_m[:, None] < N_CTX)
+        tl.store(L + off_bh * N_CTX + offs_m, lse, mask=offs_m < N_CTX)
+
+
+# ---------------------------------------------------------------- backward
+
+
+@triton.jit
+def _bwd_delta_kernel(Out, DO, D, N_CTX, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    off_bh = tl.program_id(1).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    off = off_bh * N_CTX * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    mask = offs_m[:, None] < N_CTX
+    o = tl.load(Out + off, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + off, mask=mask, other=0.0).to(tl.float32)
+    tl.store(D + off_bh * N_CTX + offs_m, tl.sum(o * do, 1), mask=offs_m < N_CTX)
+
+
+@triton.jit
+def _dkdv_inner(
+    dk, dv, k, v, q_base, do_base, l_base, d_base, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr,
+):  # fmt: skip
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+        if EVEN:
+            q = tl.load(q_base + row_off)
+            lse = tl.load(l_base + offs_m) * 1.4426950408889634
+        else:
+            q = tl.load(q_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
+            lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        if MASK:
+            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        if EVEN:
+            do = tl.load(do_base + row_off)
+            delta = tl.load(d_base + offs_m)
+        else:
+            do = tl.load(do_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
+            delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.autotune(configs=DKDV_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.heuristics({"EVEN": _even})
+@triton.jit
+def _bwd_dkdv_kernel(
+    Q, K, V, DO, DK, DV, L, D, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+):  # fmt: skip
+    """One program per key tile: dK, dV accumulated over the query tiles that see it."""
+    pid_n = tl.program_id(0)  # causal: early key tiles see the most queries, so they already run first
+    off_bh = tl.program_id(1).to(tl.int64)
+    base = off_bh * N_CTX * HEAD_DIM
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    if EVEN:
+        k = tl.load(K + base + kv_off)
+        v = tl.load(V + base + kv_off)
+    else:
+        k = tl.load(K + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+        v = tl.load(V + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    lrow = L + off_bh * N_CTX
+    drow = D + off_bh * N_CTX
+    if IS_CAUSAL:
+        start = pid_n * BLOCK_N
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, Q + base, DO + base, lrow, drow, offs_n, offs_d, start, start + BLOCK_N, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_M, True, EVEN,
+        )  # fmt: skip
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, Q + base, DO + base, lrow, drow, offs_n, offs_d, start + BLOCK_N, N_CTX, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_M, False, EVEN,
+        )  # fmt: skip
+    else:
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, Q + base, DO + base, lrow, drow, offs_n, offs_d, 0, N_CTX, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_M, False, EVEN,
+        )  # fmt: skip
+    dk = dk * sm_scale
+    if EVEN:
+        tl.store(DK + base + kv_off, dk.to(DK.dtype.element_ty))
+        tl.store(DV + base + kv_off, dv.to(DV.dtype.element_ty))
+    else:
+        tl.store(DK + base + kv_off, dk.to(DK.dtype.element_ty), mask=offs_n[:, None] < N_CTX)
+        tl.store(DV + base + kv_off, dv.to(DV.dtype.element_ty), mask=offs_n[:, None] < N_CTX)
+
+
+@triton.jit
+def _dq_inner(
+    dq, q, do, lse, delta, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, IS_CAUSAL: tl.constexpr,
+):  # fmt: skip
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+        if EVEN:
+            k = tl.load(k_base + kv_off)
+            v = tl.load(v_base + kv_off)
+        else:
+            k = tl.load(k_base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+            v = tl.load(v_base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+        if MASK:
+            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        elif not EVEN and not IS_CAUSAL:
+            p = tl.where(offs_n[None, :] < N_CTX, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.autotune(configs=DQ_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.heuristics({"EVEN": _even})
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V, DO, DQ, L, D, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+):  # fmt: skip
+    """One program per query tile: dQ accumulated over the key tiles it sees."""
+    num_m = tl.cdiv(N_CTX, BLOCK_M)
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:
+        pid_m = num_m - 1 - pid_m  # longest rows first
+    off_bh = tl.program_id(1).to(tl.int64)
+    base = off_bh * N_CTX * HEAD_DIM
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    if EVEN:
+        q = tl.load(Q + base + row_off)
+        do = tl.load(DO + base + row_off)
+        lse = tl.load(L + off_bh * N_CTX + offs_m) * 1.4426950408889634
+        delta = tl.load(D + off_bh * N_CTX + offs_m)
+    else:
+        row_ok = offs_m < N_CTX
+        q = tl.load(Q + base + row_off, mask=row_ok[:, None], other=0.0)
+        do = tl.load(DO + base + row_off, mask=row_ok[:, None], other=0.0)
+        lse = tl.load(L + off_bh * N_CTX + offs_m, mask=row_ok, other=float("inf")) * 1.4426950408889634
+        delta = tl.load(D + off_bh * N_CTX + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    if IS_CAUSAL:
+        diag = pid_m * BLOCK_M
+        dq = _dq_inner(
+            dq, q, do, lse, delta, K + base, V + base, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
+        )  # fmt: skip
+        dq = _dq_inner(
+            dq, q, do, lse, delta, K + base, V + base, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, True, EVEN, IS_CAUSAL,
+        )  # fmt: skip
+    else:
+        dq = _dq_inner(
+            dq, q, do, lse, delta, K + base, V + base, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
+        )  # fmt: skip
+    dq = dq * sm_scale
+    if EVEN:
+        tl.store(DQ + base + row_off, dq.to(DQ.dtype.element_ty))
+    else:
+        tl.store(DQ + base + row_off, dq.to(DQ.dtype.element_ty), mask=offs_m[:, None] < N_CTX)
+
+
+# ---------------------------------------------------------------- launchers
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if not (q.shape == k.shape == v.shape):
+        raise ValueError(f"q, k, v must have one shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    d = q.shape[-1]
+    if d < 16 or d > 256 or d & (d - 1):
+        raise ValueError(f"head dim must be a power of two in [16, 256], got {d}")
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"unsupported dtype {q.dtype}")
+
+
+@torch.library.custom_op("workloads::flash2_triton_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    bh, n, d = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+
+    def grid(meta):
+        return (triton.cdiv(n, meta["BLOCK_M"]), bh)
+
+    _fwd_kernel[grid](q, k, v, o, lse, 1.0 / math.sqrt(d), n, HEAD_DIM=d, IS_CAUSAL=is_causal)
+    return o, lse
+
+
+@_fwd_op.register_fake
+def _(q, k, v, is_causal):
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("workloads::flash2_triton_bwd", mutates_args=())
+def _bwd_op(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    bh, n, d = q.shape
+    do = do.contiguous()
+    delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+    block = 64 if INTERPRET else 128
+    _bwd_delta_kernel[(triton.cdiv(n, block), bh)](o, do, delta, n, HEAD_DIM=d, BLOCK=block)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    scale = 1.0 / math.sqrt(d)
+
+    def grid_n(meta):
+        return (triton.cdiv(n, meta["BLOCK_N"]), bh)
+
+    def grid_m(meta):
+        return (triton.cdiv(n, meta["BLOCK_M"]), bh)
+
+    _bwd_dkdv_kernel[grid_n](q, k, v, do, dk, dv, lse, delta, scale, n, HEAD_DIM=d, IS_CAUSAL=is_causal)
+    _bwd_dq_kernel[grid_m](q, k, v, do, dq, lse, delta, scale, n, HEAD_DIM=d, IS_CAUSAL=is_causal)
+    return dq, dk, dv
+
+
+@_bwd_op.register_fake
+def _(do, q, k, v, o, lse, is_causal):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-2], x.shape[-1]).contiguous()
+
+
+def triton_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward only: ``(O, L)`` with O like ``q`` and L (natural log, fp32) of shape ``q.shape[:-1]``."""
+    _check(q, k, v)
+    o, lse = _fwd_op(_flat(q), _flat(k), _flat(v), is_causal)
+    return o.view(q.shape), lse.view(q.shape[:-1])
+
+
+class FlashAttention2Triton(torch.autograd.Function):
+    """``FlashAttention2Triton.apply(q, k, v, is_causal=False)`` on ``(..., seq, d)`` tensors."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        _check(q, k, v)
+        shape = q.shape
+        q3, k3, v3 = _flat(q), _flat(k), _flat(v)
+        o, lse = _fwd_op(q3, k3, v3, is_causal)
+        ctx.save_for_backward(lse, q3, k3, v3, o)
+        ctx.is_causal = is_causal
+        ctx.shape = shape
+        return o.view(shape)
+
+    @staticmethod
+    def backward(ctx, do):
+        lse, q, k, v, o = ctx.saved_tensors
+        dq, dk, dv = _bwd_op(_flat(do), q, k, v, o, lse, ctx.is_causal)
+        return dq.view(ctx.shape), dk.view(ctx.shape), dv.view(ctx.shape), None
+
+
+def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
+    """Differentiable FlashAttention-2 (Triton) on ``(batch, seq, d)`` or ``(batch, heads, seq, d)``."""
+    return FlashAttention2Triton.apply(q, k, v, is_causal)
