@@ -1,0 +1,192 @@
+"""Where GPU time goes: summaries of kernels, categories and NVTX ranges.
+
+All functions are pure: DataFrames in, DataFrames out. Times are ns, shares
+are fractions (0..1) in ``*_frac`` columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyze.projection import project_nvtx, range_label, summarize_projection
+from analyze.tables import Trace
+from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
+
+OP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "device_id", "stream_id", "correlation_id", "pid"]
+
+
+def gpu_ops(trace: Trace) -> pd.DataFrame:
+    """Kernels and memcpy/memset as one classified table of GPU operations.
+
+    Columns: OP_COLUMNS plus category, subcategory, is_kernel (bool). Kernel
+    names are the demangled names, as ``nsys stats`` groups them by default.
+    """
+    kernels = classify_kernels(trace.kernels)
+    kernels = kernels.assign(name=kernels["demangled_name"].astype(str), is_kernel=True)
+    memops = classify_memops(trace.memops).assign(is_kernel=False)
+    memops["name"] = memops["name"].astype(str)
+    cols = [*OP_COLUMNS, "category", "subcategory", "is_kernel"]
+    ops = pd.concat([kernels[cols], memops[cols]], ignore_index=True)
+    ops["name"] = ops["name"].astype("category")
+    ops["category"] = pd.Categorical(ops["category"].astype(object), categories=CATEGORIES)
+    ops["subcategory"] = ops["subcategory"].astype(str).astype("category")
+    return ops
+
+
+def busy_time_ns(ops: pd.DataFrame) -> int:
+    """GPU busy time: the length of the union of op intervals, per device, summed.
+
+    Overlapping ops (several streams) count once; gaps count as idle.
+    """
+    total = 0
+    for _, g in ops.groupby("device_id", sort=False):
+        order = np.argsort(g["start_ns"].to_numpy(), kind="stable")
+        s, e = g["start_ns"].to_numpy()[order], g["end_ns"].to_numpy()[order]
+        reach = np.maximum.accumulate(e)
+        new = np.empty(len(s), dtype=bool)
+        new[0], new[1:] = True, s[1:] > reach[:-1]
+        seg_start = s[new]
+        seg_end = reach[np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]]
+        total += int((seg_end - seg_start).sum())
+    return total
+
+
+def summarize_trace(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """One-row overview: GPUs, profiled span, kernel count and times, busy fraction.
+
+    Span runs from the first to the last GPU op (or CPU range when no GPU op ran).
+    """
+    kern = ops[ops["is_kernel"]]
+    starts = [df["start_ns"] for df in (ops, trace.nvtx, trace.runtime) if len(df)]
+    ends = [df["end_ns"] for df in (ops, trace.nvtx, trace.runtime) if len(df)]
+    span = int(max(e.max() for e in ends) - min(s.min() for s in starts)) if starts else 0
+    gpu_span = int(ops["end_ns"].max() - ops["start_ns"].min()) if len(ops) else 0
+    busy = busy_time_ns(ops) if len(ops) else 0
+    gpus = ", ".join(sorted(set(trace.gpus["name"].astype(str)))) or "none recorded"
+    return pd.DataFrame(
+        [
+            {
+                "gpus": gpus,
+                "processes": int(ops["pid"].nunique()) if len(ops) else int(trace.nvtx["pid"].nunique()),
+                "trace_span_ns": span,
+                "gpu_span_ns": gpu_span,
+                "kernels": len(kern),
+                "distinct_kernels": int(kern["name"].nunique()),
+                "kernel_time_ns": int(kern["duration_ns"].sum()),
+                "memops": int((~ops["is_kernel"]).sum()),
+                "memop_time_ns": int(ops.loc[~ops["is_kernel"], "duration_ns"].sum()),
+                "gpu_busy_ns": busy,
+                "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
+                "nvtx_ranges": len(trace.nvtx),
+            }
+        ]
+    )
+
+
+def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
+    """Per kernel name: count, total/avg/min/max ns and share of all kernel time.
+
+    Matches ``nsys stats --report gpukernsum`` summed over grid/block shapes.
+    Sorted by total time, descending; ``top`` keeps the first rows.
+    """
+    kern = ops[ops["is_kernel"]]
+    g = kern.groupby("name", observed=True, sort=False)
+    out = pd.DataFrame(
+        {
+            "category": g["category"].first().astype(str),
+            "count": g.size(),
+            "total_ns": g["duration_ns"].sum(),
+            "avg_ns": g["duration_ns"].mean(),
+            "min_ns": g["duration_ns"].min(),
+            "max_ns": g["duration_ns"].max(),
+        }
+    )
+    total = out["total_ns"].sum()
+    out["share_frac"] = out["total_ns"] / total if total else np.nan
+    out = out.sort_values(["total_ns", "count"], ascending=False).reset_index(names="kernel")
+    return out.head(top) if top else out
+
+
+def summarize_categories(ops: pd.DataFrame) -> pd.DataFrame:
+    """GPU time per category (kernels and memops): count, total ns, share of GPU op time."""
+    g = ops.groupby("category", observed=False, sort=False)
+    out = pd.DataFrame({"count": g.size(), "total_ns": g["duration_ns"].sum()}).reindex(CATEGORIES, fill_value=0)
+    total = out["total_ns"].sum()
+    out["share_frac"] = out["total_ns"] / total if total else np.nan
+    return out.reset_index(names="category")
+
+
+def gemm_vs_elementwise(categories: pd.DataFrame) -> dict[str, float]:
+    """GEMM and elementwise shares of GPU op time, and their ratio (NaN when undefined)."""
+    by = categories.set_index("category")["total_ns"]
+    total = by.sum()
+    gemm, elem = by.get("gemm", 0), by.get("elementwise", 0)
+    return {
+        "gemm_frac": gemm / total if total else np.nan,
+        "elementwise_frac": elem / total if total else np.nan,
+        "gemm_to_elementwise": gemm / elem if elem else np.nan,
+    }
+
+
+def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
+    """Per range name: instances, CPU time, projected GPU time, kernels and their time.
+
+    Columns: range, instances, cpu_total_ns, cpu_avg_ns (all instances, as
+    ``nvtxsum``), projected_instances, gpu_span_total_ns / gpu_span_avg_ns
+    (first-to-last GPU op per instance, as ``nvtxgpuproj``), kernels,
+    kernel_time_ns (summed over every enclosing instance, as ``nvtxkernsum``),
+    and one ``<category>_frac`` column per category of that kernel time.
+    """
+    labels = range_label(ranges)
+    g = ranges.assign(range=labels).groupby("range", sort=False)
+    out = pd.DataFrame({"instances": g.size(), "cpu_total_ns": g["duration_ns"].sum()})
+    out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
+    proj = summarize_projection(ranges, attributed)
+    pg = proj.groupby("range", sort=False)
+    out["projected_instances"] = pg.size().reindex(out.index).fillna(0).astype("int64")
+    out["gpu_span_total_ns"] = pg["gpu_duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
+    out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
+    kern = attributed[attributed["is_kernel"]] if len(attributed) else attributed
+    kg = kern.groupby("range", observed=True, sort=False)
+    out["kernels"] = kg.size().reindex(out.index).fillna(0).astype("int64")
+    out["kernel_time_ns"] = kg["duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
+    if len(kern):
+        by_cat = kern.pivot_table(index="range", columns="category", values="duration_ns", aggfunc="sum", observed=True)
+        for cat in by_cat.columns:
+            out[f"{cat}_frac"] = (by_cat[cat].reindex(out.index) / out["kernel_time_ns"].replace(0, np.nan)).fillna(0)
+    return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
+    """Per (range name, kernel name): range instances, kernel count, total ns (as ``nvtxkernsum``)."""
+    kern = attributed[attributed["is_kernel"]]
+    g = kern.groupby(["range", "name"], observed=True, sort=False)
+    out = pd.DataFrame(
+        {
+            "category": g["category"].first().astype(str),
+            "range_instances": g["range_row"].nunique(),
+            "count": g["op_row"].nunique(),
+            "total_ns": g["duration_ns"].sum(),
+        }
+    ).reset_index()
+    return out.rename(columns={"name": "kernel"}).sort_values(
+        ["range", "total_ns"], ascending=[True, False], ignore_index=True
+    )
+
+
+def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
+    """Every breakdown of one trace, by name: the entry point for notebooks and reports."""
+    ops = gpu_ops(trace)
+    attributed = project_nvtx(trace.nvtx, ops, trace.runtime)
+    categories = summarize_categories(ops)
+    return {
+        "ops": ops,
+        "summary": summarize_trace(trace, ops),
+        "kernels": summarize_kernels(ops),
+        "categories": categories,
+        "attributed": attributed,
+        "ranges": summarize_ranges(trace.nvtx, attributed),
+        "range_kernels": summarize_range_kernels(attributed),
+        "projection": summarize_projection(trace.nvtx, attributed),
+    }

@@ -1,0 +1,398 @@
+"""Read Nsight Systems SQLite exports (schema 2.x to 3.27, any OS) into a Trace.
+
+The schema drifts between nsys releases, so nothing is assumed: every table
+and column is looked up first, and each table below lists the columns it needs
+(required) and the ones it uses when present (optional). Names stored as ids
+into ``StringIds`` are decoded here, once. Text that is not valid UTF-8 is
+decoded with replacement characters rather than rejected.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analyze.errors import InputError
+from analyze.tables import Trace
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SUPPORTED_SCHEMA_MAJOR = (2, 3)
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+# Tables whose presence marks a file as an nsys export (any one suffices).
+NSYS_MARKERS = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *META_TABLES)
+
+# NVTX_EVENTS.eventType values (nsys reports' own constants).
+NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
+NVTX_DOMAIN_CREATE = 75
+NVTX_RANGE_STYLE = {
+    NVTX_PUSHPOP: "push_pop",
+    NVTXT_PUSHPOP: "push_pop",
+    NVTX_STARTEND: "start_end",
+    NVTXT_STARTEND: "start_end",
+}
+
+# Memcpy copyKind -> label, used when the export lacks ENUM_CUDA_MEMCPY_OPER.
+MEMCPY_KIND_LABELS = {
+    0: "Unknown",
+    1: "Host-to-Device",
+    2: "Device-to-Host",
+    3: "Host-to-Array",
+    4: "Array-to-Host",
+    5: "Array-to-Array",
+    6: "Array-to-Device",
+    7: "Device-to-Array",
+    8: "Device-to-Device",
+    9: "Host-to-Host",
+    10: "Peer-to-Peer",
+    11: "Unified Host-to-Device",
+    12: "Unified Device-to-Host",
+    13: "Unified Device-to-Device",
+}
+
+# Column sets per table: (required, optional). Output names are given in the SQL below.
+KERNEL_COLUMNS = (
+    ("start", "end"),
+    ("shortName", "demangledName", "deviceId", "streamId", "correlationId", "globalPid", "gridX", "gridY", "gridZ",
+     "blockX", "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory"),
+)  # fmt: skip
+RUNTIME_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
+MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
+MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
+NVTX_COLUMNS = (("start", "eventType"), ("end", "text", "textId", "globalTid", "endGlobalTid", "domainId"))
+
+PID_SHIFT, ID_MASK = 24, 0xFFFFFF
+
+
+def pid_of(global_id: pd.Series | np.ndarray) -> np.ndarray:
+    """Process id from an nsys globalTid/globalPid (bits 24..47)."""
+    return (np.asarray(global_id, dtype=np.int64) >> PID_SHIFT) & ID_MASK
+
+
+def tid_of(global_tid: pd.Series | np.ndarray) -> np.ndarray:
+    """Thread id from an nsys globalTid (low 24 bits)."""
+    return np.asarray(global_tid, dtype=np.int64) & ID_MASK
+
+
+class Export:
+    """An open nsys export with its catalogue of tables and columns."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.conn = _connect(path)
+        try:
+            self.columns = {
+                name: {row[1] for row in self.conn.execute(f'PRAGMA table_info("{name}")')}
+                for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+            }
+        except sqlite3.DatabaseError as err:
+            raise InputError(f"{path}: not a readable SQLite database ({err})") from None
+        if not any(t in self.columns for t in NSYS_MARKERS):
+            raise InputError(
+                f"{path}: SQLite file is not an Nsight Systems export (no StringIds or export metadata table)"
+            )
+
+    def has(self, table: str) -> bool:
+        return table in self.columns
+
+    def select(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
+        """Read the spec's columns of ``table``; absent optional columns come back as NULL (NaN)."""
+        required, optional = spec
+        have = self.columns[table]
+        missing = [c for c in required if c not in have]
+        if missing:
+            raise InputError(
+                f"{self.path}: table {table} lacks required column(s) {', '.join(missing)}; unknown nsys schema"
+            )
+        cols = [f'"{c}"' if c in have else f'NULL AS "{c}"' for c in (*required, *optional)]
+        return self.query(f'SELECT {", ".join(cols)} FROM "{table}" {where}')
+
+    def query(self, sql: str, params: tuple = ()) -> pd.DataFrame:
+        try:
+            cur = self.conn.execute(sql, params)
+            rows = cur.fetchall()
+        except sqlite3.DatabaseError as err:
+            raise InputError(f"{self.path}: corrupt or truncated SQLite file ({err})") from None
+        return pd.DataFrame.from_records(rows, columns=[d[0] for d in cur.description])
+
+    def close(self):
+        self.conn.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a file")
+    with open(path, "rb") as fh:
+        head = fh.read(100)
+    if not head.startswith(SQLITE_MAGIC):
+        raise InputError(f"{path}: not an SQLite file (expected an nsys SQLite export)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    page_count = int.from_bytes(head[28:32], "big")
+    if page_count and page_size * page_count > path.stat().st_size:
+        raise InputError(
+            f"{path}: truncated SQLite file ({path.stat().st_size} bytes, header says {page_size * page_count})"
+        )
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error as err:
+        raise InputError(f"{path}: cannot open SQLite file ({err})") from None
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    return conn
+
+
+def read_metadata(exp: Export) -> dict:
+    """Export metadata (product and schema version, platform) from whichever table holds it."""
+    meta: dict = {}
+    for table in META_TABLES:
+        if exp.has(table) and {"name", "value"} <= exp.columns[table]:
+            rows = exp.query(f'SELECT name, value FROM "{table}"')
+            meta.update(dict(zip(rows["name"], rows["value"], strict=True)))
+    return meta
+
+
+def check_schema_version(path: Path, meta: dict) -> str:
+    """Return the schema version, refusing majors this reader was not written for."""
+    version = str(meta.get("EXPORT_SCHEMA_VERSION", "")).strip()
+    if not version:
+        return "unknown"
+    try:
+        major = int(version.split(".")[0])
+    except ValueError:
+        raise InputError(f"{path}: unreadable nsys schema version {version!r}") from None
+    if major not in SUPPORTED_SCHEMA_MAJOR:
+        raise InputError(
+            f"{path}: nsys export schema {version} is not supported (this reader knows schema 2.x and 3.x); "
+            "please report it with the nsys version that made the file"
+        )
+    return version
+
+
+def _strings(exp: Export) -> pd.Series:
+    if not exp.has("StringIds"):
+        return pd.Series(dtype=object)
+    df = exp.query("SELECT id, value FROM StringIds")
+    return pd.Series(df["value"].to_numpy(), index=df["id"].to_numpy())
+
+
+def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Series:
+    """Map StringIds ids to a categorical of names (unknown ids -> fallback)."""
+    codes = pd.to_numeric(ids, errors="coerce")
+    uniq = pd.unique(codes.dropna())
+    lookup = pd.Series(strings.reindex(uniq).fillna(fallback).to_numpy(), index=uniq)
+    return codes.map(lookup).fillna(fallback).astype("category")
+
+
+def _times(df: pd.DataFrame) -> pd.DataFrame:
+    df["start_ns"] = df["start"].astype("int64")
+    df["end_ns"] = pd.to_numeric(df["end"], errors="coerce").fillna(df["start_ns"]).astype("int64")
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return df
+
+
+def read_kernels(exp: Export, strings: pd.Series) -> pd.DataFrame:
+    df = _times(exp.select("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_COLUMNS))
+    short = df["shortName"].where(df["shortName"].notna(), df["demangledName"])
+    demangled = df["demangledName"].where(df["demangledName"].notna(), df["shortName"])
+    if short.isna().all():
+        raise InputError(f"{exp.path}: CUPTI_ACTIVITY_KIND_KERNEL has no kernel name column")
+    df["name"] = _decode(short, strings, "<unknown kernel>")
+    df["demangled_name"] = _decode(demangled, strings, "<unknown kernel>")
+    df["pid"] = pid_of(df["globalPid"].fillna(-1 << PID_SHIFT)) if df["globalPid"].notna().any() else -1
+    shared = df["staticSharedMemory"].fillna(0) + df["dynamicSharedMemory"].fillna(0)
+    return df.rename(
+        columns={
+            "deviceId": "device_id",
+            "streamId": "stream_id",
+            "correlationId": "correlation_id",
+            "gridX": "grid_x",
+            "gridY": "grid_y",
+            "gridZ": "grid_z",
+            "blockX": "block_x",
+            "blockY": "block_y",
+            "blockZ": "block_z",
+            "registersPerThread": "registers_per_thread",
+        }
+    ).assign(shared_memory_bytes=shared)
+
+
+def read_runtime(exp: Export, strings: pd.Series) -> pd.DataFrame:
+    df = _times(exp.select("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME_COLUMNS))
+    gtid = df["globalTid"].fillna(-1)
+    return df.assign(
+        name=_decode(df["nameId"], strings, "<unknown API>"),
+        pid=pid_of(gtid),
+        tid=tid_of(gtid),
+        correlation_id=df["correlationId"],
+    )
+
+
+def _memcpy_labels(exp: Export) -> dict[int, str]:
+    table = "ENUM_CUDA_MEMCPY_OPER"
+    if exp.has(table) and {"id", "label"} <= exp.columns[table]:
+        rows = exp.query(f"SELECT id, label FROM {table}")
+        return dict(zip(rows["id"].astype(int), rows["label"].astype(str), strict=True))
+    return MEMCPY_KIND_LABELS
+
+
+def read_memops(exp: Export) -> pd.DataFrame:
+    parts = []
+    if exp.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+        df = _times(exp.select("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_COLUMNS))
+        labels = _memcpy_labels(exp)
+        kind = pd.to_numeric(df["copyKind"], errors="coerce").fillna(0).astype(int)
+        df["name"] = "[CUDA memcpy " + kind.map(labels).fillna("Unknown") + "]"
+        df["kind"] = "memcpy"
+        parts.append(df)
+    if exp.has("CUPTI_ACTIVITY_KIND_MEMSET"):
+        df = _times(exp.select("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET_COLUMNS))
+        df["name"], df["kind"] = "[CUDA memset]", "memset"
+        parts.append(df)
+    if not parts:
+        return None
+    df = pd.concat(parts, ignore_index=True)
+    has_pid = df["globalPid"].notna()
+    return df.rename(
+        columns={
+            "bytes": "size_bytes",
+            "deviceId": "device_id",
+            "streamId": "stream_id",
+            "correlationId": "correlation_id",
+        }
+    ).assign(pid=np.where(has_pid, pid_of(df["globalPid"].fillna(0)), -1))
+
+
+def read_nvtx(exp: Export, strings: pd.Series) -> pd.DataFrame:
+    """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId)."""
+    types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
+    df = exp.select("NVTX_EVENTS", NVTX_COLUMNS, where=f"WHERE eventType IN ({types})")
+    if df.empty:
+        return None
+    gtid = df["globalTid"].fillna(0).astype("int64")
+    df["pid"], df["tid"] = pid_of(gtid), tid_of(gtid)
+    name_from_id = df["textId"].map(strings) if df["textId"].notna().any() else pd.Series(np.nan, index=df.index)
+    df["label"] = name_from_id.where(name_from_id.notna(), df["text"]).fillna("").astype(str)
+    domain_id = pd.to_numeric(df["domainId"], errors="coerce").fillna(0).astype("int64")
+    # Domains are created per process: key (pid, domainId) -> first name given.
+    created = df[df["eventType"] == NVTX_DOMAIN_CREATE].assign(domain_id=domain_id).sort_values("start")
+    domains = created.drop_duplicates(["pid", "domain_id"]).set_index(["pid", "domain_id"])["label"]
+    ranges = df[df["eventType"] != NVTX_DOMAIN_CREATE].copy()
+    key = pd.MultiIndex.from_arrays([ranges["pid"], domain_id[ranges.index]])
+    ranges["domain"] = domains.reindex(key).fillna("").to_numpy() if len(domains) else ""
+    # An unclosed range ends at the last NVTX timestamp, as nsys's reports take it.
+    last = max(pd.to_numeric(df["start"]).max(), pd.to_numeric(df["end"], errors="coerce").max(skipna=True) or 0)
+    ranges["end"] = pd.to_numeric(ranges["end"], errors="coerce").fillna(last)
+    ranges = _times(ranges)
+    end_gtid = pd.to_numeric(ranges["endGlobalTid"], errors="coerce")
+    ranges["end_tid"] = np.where(end_gtid.notna(), tid_of(end_gtid.fillna(0)), -1)
+    ranges["style"] = ranges["eventType"].map(NVTX_RANGE_STYLE)
+    ranges["name"] = ranges["label"].astype("category")
+    ranges["domain"] = ranges["domain"].astype("category")
+    ranges["depth"] = nesting_depth(ranges)
+    return ranges
+
+
+def nesting_depth(ranges: pd.DataFrame) -> np.ndarray:
+    """Depth of each push/pop range on its thread (0 = outermost); -1 for start/end ranges.
+
+    Push/pop ranges on one thread nest properly, so sorting by (start, -end) and
+    keeping a stack of open end times gives each range's depth in one pass.
+    """
+    depth = np.full(len(ranges), -1, dtype=np.int64)
+    pp = ranges["style"].to_numpy() == "push_pop"
+    sub = ranges.loc[pp, ["pid", "tid", "start_ns", "end_ns"]].copy()
+    sub["pos"] = np.flatnonzero(pp)
+    sub = sub.sort_values(["pid", "tid", "start_ns", "end_ns"], ascending=[True, True, True, False])
+    starts, ends, pos = sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy(), sub["pos"].to_numpy()
+    thread = (sub["pid"].to_numpy() << 24) | sub["tid"].to_numpy()
+    stack: list[int] = []
+    prev_thread = None
+    for i in range(len(sub)):
+        if thread[i] != prev_thread:
+            stack, prev_thread = [], thread[i]
+        while stack and stack[-1] <= starts[i]:
+            stack.pop()
+        depth[pos[i]] = len(stack)
+        stack.append(ends[i])
+    return depth
+
+
+def read_gpus(exp: Export) -> pd.DataFrame | None:
+    table = next((t for t in ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU") if exp.has(t)), None)
+    if table is None:
+        return None
+    spec = (
+        (),
+        ("id", "name", "smCount", "totalMemory", "memoryBandwidth", "clockRate", "computeMajor", "computeMinor"),
+    )
+    df = exp.select(table, spec)
+    cc = df["computeMajor"].astype(str) + "." + df["computeMinor"].astype(str)
+    return pd.DataFrame(
+        {
+            "device_id": df["id"],
+            "name": df["name"].fillna("unknown GPU"),
+            "sm_count": df["smCount"],
+            "memory_bytes": df["totalMemory"],
+            "memory_bandwidth_bytes_per_s": df["memoryBandwidth"],
+            "clock_rate_hz": df["clockRate"],
+            "compute_capability": cc.where(df["computeMajor"].notna(), ""),
+        }
+    ).drop_duplicates("device_id")
+
+
+def read_threads(exp: Export, strings: pd.Series) -> pd.DataFrame | None:
+    if not exp.has("ThreadNames"):
+        return None
+    df = exp.select("ThreadNames", (("globalTid",), ("nameId",)))
+    df["pid"], df["tid"] = pid_of(df["globalTid"]), tid_of(df["globalTid"])
+    df["thread_name"] = df["nameId"].map(strings).fillna("")
+    df["process_name"] = ""
+    if exp.has("PROCESSES") and {"pid", "name"} <= exp.columns["PROCESSES"]:
+        procs = exp.query("SELECT pid, name FROM PROCESSES").drop_duplicates("pid").set_index("pid")["name"]
+        df["process_name"] = df["pid"].map(procs).fillna("")
+    return df
+
+
+def read_nsys_sqlite(path: str | Path) -> Trace:
+    """Read one nsys SQLite export into normalized tables.
+
+    Absent tables (no kernels ran, no GPU, no NVTX) give empty tables, not errors.
+    Raises InputError for a missing, non-SQLite, non-nsys, truncated or corrupt
+    file, or a schema major version this reader does not know.
+    """
+    path = Path(path)
+    exp = Export(path)
+    try:
+        meta = read_metadata(exp)
+        version = check_schema_version(path, meta)
+        strings = _strings(exp)
+        trace = Trace(
+            meta={
+                "source": str(path),
+                "format": "nsys-sqlite",
+                "schema_version": version,
+                "nsys_version": str(meta.get("EXPORT_PRODUCT_VERSION", "unknown")),
+                "platform": str(meta.get("EXPORT_PLATFORM", meta.get("EXPORT_OS", ""))),
+            }
+        )
+        if exp.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+            trace.kernels = read_kernels(exp, strings)
+        if exp.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+            trace.runtime = read_runtime(exp, strings)
+        optional = {
+            "memops": read_memops(exp),
+            "nvtx": read_nvtx(exp, strings) if exp.has("NVTX_EVENTS") else None,
+            "gpus": read_gpus(exp),
+            "threads": read_threads(exp, strings),
+        }
+        for attr, df in optional.items():
+            if df is not None:
+                setattr(trace, attr, df)
+        return trace.validated()
+    finally:
+        exp.close()

@@ -1,0 +1,144 @@
+"""NVTX (or record_function) ranges projected onto GPU work, as NVIDIA defines it.
+
+A GPU operation (kernel, memcpy, memset) belongs to a range when the CPU call
+that launched it (the runtime row with the same correlation id in the same
+process) starts and ends inside the range, on the thread that opened it. It
+counts under every enclosing range, not only the innermost. A range's projected
+GPU span runs from the first to the last operation it encloses. Ranges closed on
+another thread (start/end ranges with an end thread) are not projected, as in
+nsys's ``nvtxkernsum`` and ``nvtxgpuproj`` reports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+    """Each GPU op with its launching call: columns op_row, pid, tid, launch_start_ns, launch_end_ns.
+
+    Ops without a matching runtime row (no correlation id, API not traced) are left out.
+    """
+    if ops.empty or runtime.empty:
+        return pd.DataFrame(
+            {"op_row": [], "pid": [], "tid": [], "launch_start_ns": [], "launch_end_ns": []}, dtype="int64"
+        )
+    left = pd.DataFrame(
+        {"op_row": np.arange(len(ops)), "pid": ops["pid"].to_numpy(), "cid": ops["correlation_id"].to_numpy()}
+    )
+    right = pd.DataFrame(
+        {
+            "pid": runtime["pid"].to_numpy(),
+            "cid": runtime["correlation_id"].to_numpy(),
+            "tid": runtime["tid"].to_numpy(),
+            "launch_start_ns": runtime["start_ns"].to_numpy(),
+            "launch_end_ns": runtime["end_ns"].to_numpy(),
+        }
+    )
+    if (left["pid"] < 0).all():  # exports without a process id on GPU rows: join on correlation alone
+        right = right.assign(pid=-1)
+    right = right[right["cid"] >= 0].drop_duplicates(["pid", "cid"])
+    return left.merge(right, on=["pid", "cid"], how="inner").drop(columns="cid")
+
+
+def attribute(ranges: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:
+    """Pairs (range_row, op_row): the op was launched inside the range on the range's thread.
+
+    ``ranges`` needs start_ns, end_ns, pid, tid, end_tid; ``launched`` comes from
+    ``launches()``. Per thread, launches sorted by start make the candidates of a
+    range one contiguous slice (``searchsorted``), checked for the end bound.
+    """
+    pieces = []
+    eligible = ranges.index[(ranges["end_tid"].to_numpy() < 0)]
+    rng = ranges.loc[eligible, ["start_ns", "end_ns", "pid", "tid"]]
+    rng = rng.assign(range_row=np.asarray(eligible))
+    by_thread = {k: g for k, g in launched.groupby(["pid", "tid"], sort=False)}
+    for key, r in rng.groupby(["pid", "tid"], sort=False):
+        lau = by_thread.get(key)
+        if lau is None:
+            continue
+        lau = lau.sort_values("launch_start_ns", kind="stable")
+        ls, le = lau["launch_start_ns"].to_numpy(), lau["launch_end_ns"].to_numpy()
+        lo = np.searchsorted(ls, r["start_ns"].to_numpy(), side="left")
+        hi = np.searchsorted(ls, r["end_ns"].to_numpy(), side="right")
+        counts = hi - lo
+        total = int(counts.sum())
+        if total == 0:
+            continue
+        first = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+        pos = np.arange(total) + first
+        range_rows = np.repeat(r["range_row"].to_numpy(), counts)
+        keep = le[pos] <= np.repeat(r["end_ns"].to_numpy(), counts)
+        pieces.append(pd.DataFrame({"range_row": range_rows[keep], "op_row": lau["op_row"].to_numpy()[pos[keep]]}))
+    if not pieces:
+        return pd.DataFrame({"range_row": [], "op_row": []}, dtype="int64")
+    return pd.concat(pieces, ignore_index=True)
+
+
+def range_label(ranges: pd.DataFrame) -> pd.Series:
+    """Range names as nsys prints them: ``domain:name`` in a named domain, else ``name``."""
+    name = ranges["name"].astype(str)
+    domain = ranges["domain"].astype(str)
+    return name.where(domain == "", domain + ":" + name)
+
+
+def project_nvtx(ranges: pd.DataFrame, ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+    """Attribute GPU ops to every enclosing range.
+
+    Args:
+        ranges: NVTX_RANGES table.
+        ops: GPU operations (kernels and memops) with start_ns, end_ns, duration_ns,
+            pid, correlation_id and any other columns to carry (name, category, is_kernel).
+        runtime: RUNTIME table (the launching CPU calls).
+
+    Returns:
+        One row per (range instance, op): ``range_row`` (index into ``ranges``),
+        ``range`` (label), ``op_row`` (index into ``ops``), and the op's columns.
+    """
+    pairs = attribute(ranges, launches(ops, runtime))
+    labels = range_label(ranges).to_numpy()
+    out = ops.iloc[pairs["op_row"].to_numpy()].reset_index(drop=True)
+    out.insert(0, "op_row", pairs["op_row"].to_numpy())
+    out.insert(0, "range", pd.Categorical(labels[pairs["range_row"].to_numpy()]))
+    out.insert(0, "range_row", pairs["range_row"].to_numpy())
+    return out
+
+
+def summarize_projection(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
+    """Per range instance, its projected GPU span (as nsys ``nvtxgpuproj``).
+
+    Returns columns range_row, range, cpu_start_ns, cpu_duration_ns,
+    gpu_start_ns, gpu_duration_ns (first op start to last op end), gpu_ops
+    (distinct correlation ids), kernel_time_ns (summed kernel durations).
+    Ranges enclosing no GPU op are absent, as in nsys.
+    """
+    if attributed.empty:
+        cols = [
+            "range_row",
+            "range",
+            "cpu_start_ns",
+            "cpu_duration_ns",
+            "gpu_start_ns",
+            "gpu_duration_ns",
+            "gpu_ops",
+            "kernel_time_ns",
+        ]
+        return pd.DataFrame({c: [] for c in cols})
+    kern_time = attributed["duration_ns"].where(attributed["is_kernel"], 0)
+    g = attributed.assign(kern_time=kern_time).groupby("range_row", sort=True)
+    out = pd.DataFrame(
+        {
+            "gpu_start_ns": g["start_ns"].min(),
+            "gpu_end_ns": g["end_ns"].max(),
+            "gpu_ops": g["correlation_id"].nunique(),
+            "kernel_time_ns": g["kern_time"].sum(),
+        }
+    )
+    r = ranges.loc[out.index]
+    out["gpu_duration_ns"] = out["gpu_end_ns"] - out["gpu_start_ns"]
+    out["range"] = range_label(r).to_numpy()
+    out["cpu_start_ns"] = r["start_ns"].to_numpy()
+    out["cpu_duration_ns"] = r["duration_ns"].to_numpy()
+    cols = ["range", "cpu_start_ns", "cpu_duration_ns", "gpu_start_ns", "gpu_duration_ns", "gpu_ops", "kernel_time_ns"]
+    return out.reset_index()[["range_row", *cols]]
