@@ -8,6 +8,9 @@ a report can refer to the same names whichever backend made the trace.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
+import glob
 from collections.abc import Iterator
 
 import torch
@@ -16,9 +19,33 @@ import torch
 PHASES = ("warmup", "step", "forward", "backward", "optimizer")
 
 
+@functools.cache
+def _nvtx_c_library():
+    """A C NVTX library through ctypes, or None.
+
+    Debian's nsys 2022.4 records push/pop ranges from ``nvtxRangePushA`` in
+    libnvtx3interop / libnvToolsExt but none from the ``nvtx`` PyPI package
+    (0.2.17: only its domain creation shows up), so CPU runs prefer the C library.
+    """
+    names = ["libnvtx3interop.so.1", "libnvToolsExt.so.1", "libnvToolsExt.so"]
+    names += sorted(glob.glob("/usr/local/cuda*/lib*/libnvtx3interop.so*"))
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        if hasattr(lib, "nvtxRangePushA") and hasattr(lib, "nvtxRangePop"):
+            return lib
+    return None
+
+
 def _nvtx_push(name: str) -> bool:
     if torch.cuda.is_available():
         torch.cuda.nvtx.range_push(name)
+        return True
+    lib = _nvtx_c_library()
+    if lib is not None:
+        lib.nvtxRangePushA(name.encode())
         return True
     try:  # CPU runs under nsys: the nvtx package, when installed, still emits ranges
         import nvtx  # type: ignore[import-not-found]
@@ -31,6 +58,10 @@ def _nvtx_push(name: str) -> bool:
 def _nvtx_pop() -> None:
     if torch.cuda.is_available():
         torch.cuda.nvtx.range_pop()
+        return
+    lib = _nvtx_c_library()
+    if lib is not None:
+        lib.nvtxRangePop()
         return
     import nvtx  # type: ignore[import-not-found]
 
