@@ -22,7 +22,7 @@ KERNEL_RULES = (  # first match wins
      "void vllm::cross_device_reduce_1stage<float, 8>(vllm::RankData*, vllm::RankSignals, int)"),
     ("attention", "flash", r"flash|fmha|attn|attention|sdpa|\bmha_",
      "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>"),
-    ("optimizer", "multi_tensor", r"multi_tensor_apply|foreach|adam|\blamb|\bsgd",
+    ("optimizer", "multi_tensor", r"multi_tensor_apply|foreach|adam|lamb_|\bsgd",
      "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>, BinaryOpListAlphaFunctor<float, 2, 2, 0>>"),
     ("softmax", "softmax", r"softmax", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, Epilogue>(float*, float const*, int)"),
     ("normalization", "norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_fw|bn_bw|welford|rowwisemoments",

@@ -55,3 +55,115 @@ def echo_written(paths: list[Path]) -> None:
     """Tell the user where the output went (stderr, so stdout stays pipeable)."""
     for p in paths:
         click.echo(f"wrote {p}", err=True)
+
+
+def output_options(default_stem: str):
+    """The flags every report-writing command shares."""
+
+    def wrap(fn):
+        fn = click.option(
+            "-o",
+            "--output",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Folder for the output files [default: reports/<input name>].",
+        )(fn)
+        fn = click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["md", "csv", "json"]),
+            default="md",
+            show_default=True,
+            help="md: one markdown report; csv/json: one file per table, raw units (ns, bytes, fractions).",
+        )(fn)
+        fn = click.option("--no-html", is_flag=True, help="Skip the interactive HTML charts file.")(fn)
+        fn = click.option("--top", type=click.IntRange(1), default=15, show_default=True, help="Rows in top-N tables.")(
+            fn
+        )
+        fn = click.option("--stem", default=default_stem, show_default=True, help="Base name of the output files.")(fn)
+        return fn
+
+    return wrap
+
+
+def default_out_dir(paths: tuple[str, ...]) -> Path:
+    """reports/<name of the single input>, or reports/comparison for several."""
+    if len(paths) == 1:
+        p = Path(paths[0]).resolve()
+        name = p.name if p.is_dir() else p.name.split(".")[0]
+        return Path("reports") / (name or "report")
+    return Path("reports") / "comparison"
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@output_options("report")
+def report(paths, out_dir, fmt, no_html, top, stem):
+    """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
+
+    PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz) or folders,
+    searched recursively. Writes <stem>.md and <stem>.html (charts) to the
+    output folder; with --format csv/json, one <stem>.<table>.<fmt> per table.
+    Several traces also get comparison tables.
+
+    Example: profiler-kit report outputs/nsys/ -o reports/nsys
+    """
+    from analyze.sources import TRACE_KINDS, discover
+    from profiler_kit.build import analyze_sources, build_report
+    from profiler_kit.output import render_report_files, write_files
+
+    sources = discover(list(paths))
+    traces = [s for s in sources if s.kind in TRACE_KINDS]
+    if not traces:
+        raise InputError(f"no trace files (.sqlite, .nsys-rep, .qdrep, .json[.gz]) found in {', '.join(paths)}")
+    with progress(traces, "Analysing") as bar:
+        results = analyze_sources(bar, paths)
+    rep = build_report(results, top=top)
+    files = render_report_files(rep, stem, fmt, html=not no_html)
+    echo_written(write_files(out_dir or default_out_dir(paths), files))
+
+
+def _one_trace(path: str):
+    from analyze.breakdown import analyze_trace
+    from analyze.sources import Source, kind_of, read_trace
+
+    kind = kind_of(Path(path))
+    if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
+        raise InputError(f"{path}: not a trace file (.sqlite, .nsys-rep, .qdrep, .json[.gz])")
+    return analyze_trace(read_trace(Source(Path(path), kind)))
+
+
+def _print_table(df, fmt: str) -> None:
+    from profiler_kit.render.markdown import render_table_md
+
+    if fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+    elif fmt == "json":
+        click.echo(df.to_json(orient="records", indent=1))
+    else:
+        click.echo(render_table_md(df))
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+def kernels(path, top, fmt):
+    """Print the kernels of one trace by total GPU time (like nsys gpukernsum).
+
+    Example: profiler-kit kernels run.sqlite --top 10
+    """
+    _print_table(_one_trace(path)["kernels"].head(top), fmt)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", type=click.IntRange(1), default=30, show_default=True, help="Rows to print.")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+def nvtx(path, top, fmt):
+    """Print the NVTX ranges of one trace with their projected GPU time.
+
+    Example: profiler-kit nvtx run.sqlite --format csv
+    """
+    _print_table(_one_trace(path)["ranges"].head(top), fmt)

@@ -19,12 +19,15 @@ def write_files(out_dir: Path, files: dict[str, str]) -> list[Path]:
     interrupted run never leaves a half-written report.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
     staged = []
     try:
         for name, text in files.items():
             fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
+            os.chmod(tmp, 0o666 & ~umask)
             staged.append((tmp, out_dir / name))
     except BaseException:
         for tmp, _ in staged:

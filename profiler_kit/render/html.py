@@ -40,7 +40,11 @@ def build_plotly(fig: Figure) -> go.Figure:
         else:
             traces.append(go.Scatter(x=x, y=y, name=label, mode="lines+markers"))
     out = go.Figure(traces)
-    axes = dict(xaxis_title=y_title, yaxis_title=x_title) if fig.orientation == "h" else dict(xaxis_title=x_title, yaxis_title=y_title)
+    axes = (
+        dict(xaxis_title=y_title, yaxis_title=x_title)
+        if fig.orientation == "h"
+        else dict(xaxis_title=x_title, yaxis_title=y_title)
+    )
     out.update_layout(title=fig.title, barmode="stack" if fig.kind == "stacked_bar" else "group", height=480, **axes)
     if fig.orientation == "h":
         out.update_yaxes(autorange="reversed")

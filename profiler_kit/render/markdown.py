@@ -9,11 +9,21 @@ from profiler_kit.render.units import for_display
 from profiler_kit.report import Report, Section
 
 
+MAX_CELL = 100  # characters; long kernel signatures are cut (CSV/JSON keep them whole)
+
+
+def _cell(value):
+    if isinstance(value, str):
+        value = value.replace("|", "\\|")
+        return value if len(value) <= MAX_CELL else value[: MAX_CELL - 1] + "…"
+    return value
+
+
 def render_table_md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
     """One DataFrame as a GitHub markdown table with display units."""
     if df.empty:
         return "_(no rows)_"
-    shown = for_display(df).astype(object).where(lambda d: d.notna(), "")
+    shown = for_display(df).astype(object).where(lambda d: d.notna(), "").map(_cell)
     return tabulate(shown, headers="keys", tablefmt="github", showindex=False, floatfmt=floatfmt)
 
 

@@ -1,0 +1,96 @@
+"""Find profile files under the paths a user gives, and read each with its reader.
+
+File kinds are recognised by suffix (a data table, first match wins); JSON
+files found while walking a directory are read only when they look like PyTorch
+profiler traces, so result files and metadata sidecars beside them are skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyze.errors import InputError
+from analyze.tables import Trace
+
+SOURCE_RULES = (  # suffix, kind; first match wins
+    (".nsys-rep", "nsys-report"),
+    (".qdrep", "nsys-report"),
+    (".sqlite", "nsys-sqlite"),
+    (".json.gz", "kineto"),
+    (".json", "kineto"),
+    (".pickle.gz", "memory-snapshot"),
+    (".pickle", "memory-snapshot"),
+    (".pkl", "memory-snapshot"),
+)
+TRACE_KINDS = ("nsys-report", "nsys-sqlite", "kineto")
+METADATA_NAMES = ("run.json",)
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    kind: str
+
+
+def kind_of(path: Path) -> str | None:
+    """The kind of a file from its name, or None."""
+    name = path.name.lower()
+    return next((kind for suffix, kind in SOURCE_RULES if name.endswith(suffix)), None)
+
+
+def _is_trace_json(path: Path) -> bool:
+    from analyze.kineto import looks_like_kineto
+
+    return looks_like_kineto(path)
+
+
+def discover(paths: list[str | Path]) -> list[Source]:
+    """Every profile file named or found (recursively) under ``paths``, sorted per argument.
+
+    A named file of unknown kind, or a missing path, is an InputError. Inside
+    directories, unknown files, metadata sidecars, SQLite exports that a cached
+    report export shadows, and JSON that is not a trace are skipped.
+    """
+    found: list[Source] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise InputError(f"{path}: no such file or directory")
+        if path.is_file():
+            kind = kind_of(path)
+            if kind is None:
+                raise InputError(
+                    f"{path}: unknown file type (expected .sqlite, .nsys-rep, .qdrep, .json[.gz] or .pickle)"
+                )
+            found.append(Source(path, kind))
+            continue
+        for sub in sorted(p for p in path.rglob("*") if p.is_file()):
+            kind = kind_of(sub)
+            if kind is None or sub.name in METADATA_NAMES or sub.name.startswith("."):
+                continue
+            if kind == "nsys-sqlite" and any(sub.with_suffix(s).exists() for s in (".nsys-rep", ".qdrep")):
+                continue  # the cached export of a report that is listed itself
+            if kind == "kineto" and not _is_trace_json(sub):
+                continue
+            found.append(Source(sub, kind))
+    return found
+
+
+def read_trace(source: Source) -> Trace:
+    """Read one trace file (nsys export or report, or Kineto JSON) into a Trace."""
+    from analyze.nsys_sqlite import read_nsys_sqlite
+
+    if source.kind == "nsys-sqlite":
+        return read_nsys_sqlite(source.path)
+    if source.kind == "nsys-report":
+        from analyze.nsys_export import export_report
+
+        trace = read_nsys_sqlite(export_report(source.path))
+        trace.meta["source"] = str(source.path)
+        return trace
+    if source.kind == "kineto":
+        from analyze.kineto import read_kineto
+
+        return read_kineto(source.path)
+    raise InputError(f"{source.path}: a {source.kind} is not a trace")

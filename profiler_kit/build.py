@@ -1,0 +1,286 @@
+"""Analysis results -> Report: what the ``report`` command says about traces.
+
+Every number here comes from the analyses in ``analyze.breakdown``; this module
+only chooses which tables and charts to show and words the findings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyze.breakdown import gemm_vs_elementwise
+from profiler_kit.report import Figure, Report, Section, Table
+
+# Ranges that get their own breakdown section, by name (case-insensitive).
+PHASE_PATTERN = re.compile(r"forward|backward|optimi[sz]er|\bstep\b|train", re.IGNORECASE)
+MAX_PHASE_SECTIONS = 8
+
+
+@dataclass
+class TraceResult:
+    """One analysed trace: a label for tables, its source and its analysis tables."""
+
+    label: str
+    source: str
+    meta: dict
+    tables: dict[str, pd.DataFrame]
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def findings(res: TraceResult) -> list[str]:
+    """Plain-language answers computed from the tables (no figure is typed in)."""
+    summary = res.tables["summary"].iloc[0]
+    cats = res.tables["categories"]
+    kernels = res.tables["kernels"]
+    out = []
+    if summary["kernels"] == 0:
+        out.append(
+            "This profile holds no GPU kernels (CPU-only run, or CUDA tracing was off or unsupported), "
+            "so GPU-time questions cannot be answered from it."
+        )
+        return out
+    top = kernels.iloc[0]
+    out.append(
+        f"The kernel with the most GPU time is `{_short(top['kernel'])}` ({top['category']}): "
+        f"{top['total_ns'] / 1e6:.3f} ms over {int(top['count'])} launches, {_pct(top['share_frac'])} of kernel time."
+    )
+    ge = gemm_vs_elementwise(cats)
+    out.append(
+        f"GEMM kernels take {_pct(ge['gemm_frac'])} of GPU operation time and elementwise kernels {_pct(ge['elementwise_frac'])}."
+    )
+    other = cats.set_index("category").loc["other", "share_frac"]
+    out.append(f"Kernels no taxonomy rule matched ('other'): {_pct(other)} of GPU operation time.")
+    busy = summary["gpu_busy_frac"]
+    out.append(f"The GPU was busy {_pct(busy)} of the time between its first and last operation.")
+    return out
+
+
+def _short(name: str, width: int = 90) -> str:
+    name = str(name)
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def trace_section(res: TraceResult, top: int) -> Section:
+    """The sections of the report for one trace."""
+    t = res.tables
+    meta = res.meta
+    version = meta.get("nsys_version") or meta.get("schema_version") or ""
+    sec = Section(
+        res.label,
+        text=[f"Source: `{res.source}` ({meta.get('format', '?')} {version})".rstrip(), *findings(res)],
+    )
+    summary = t["summary"][
+        [
+            "gpus",
+            "trace_span_ns",
+            "gpu_span_ns",
+            "kernels",
+            "kernel_time_ns",
+            "memop_time_ns",
+            "gpu_busy_ns",
+            "gpu_busy_frac",
+            "nvtx_ranges",
+        ]
+    ]
+    sec.tables.append(Table("Summary", summary, key=f"{res.label}_summary"))
+    if t["summary"].iloc[0]["kernels"]:
+        kern = t["kernels"].head(top)[
+            ["kernel", "category", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "share_frac"]
+        ]
+        sec.tables.append(Table(f"Top {len(kern)} kernels by GPU time", kern, key=f"{res.label}_top_kernels"))
+        cats = t["categories"][t["categories"]["count"] > 0]
+        sec.tables.append(
+            Table(
+                "GPU time by category",
+                cats,
+                note="Kernels plus memcpy/memset; categories from analyze/taxonomy.py KERNEL_RULES.",
+                key=f"{res.label}_categories",
+            )
+        )
+        other = t["kernels"][t["kernels"]["category"] == "other"].head(10)
+        if len(other):
+            sec.tables.append(
+                Table(
+                    "Costliest kernels no rule matched",
+                    other[["kernel", "count", "total_ns", "share_frac"]],
+                    key=f"{res.label}_unmatched",
+                )
+            )
+        sec.figures.append(
+            Figure(
+                "Top kernels by GPU time",
+                kern.assign(kernel=kern["kernel"].map(_short)),
+                "bar",
+                x="kernel",
+                y="total_ns",
+                orientation="h",
+                key=f"{res.label}_top_kernels",
+            )
+        )
+    ranges = t["ranges"]
+    if len(ranges):
+        sec.sections.append(ranges_section(res, top))
+    return sec
+
+
+def ranges_section(res: TraceResult, top: int) -> Section:
+    ranges = res.tables["ranges"]
+    cols = [
+        "range",
+        "instances",
+        "cpu_total_ns",
+        "cpu_avg_ns",
+        "projected_instances",
+        "gpu_span_avg_ns",
+        "kernels",
+        "kernel_time_ns",
+    ]
+    frac_cols = [c for c in ranges.columns if c.endswith("_frac")]
+    shown = ranges.head(max(top * 2, 30))
+    sec = Section(
+        "NVTX ranges",
+        text=[
+            f"{len(ranges)} distinct range names, {int(ranges['instances'].sum())} instances. "
+            "CPU time is the range's own duration; GPU span runs from the first to the last GPU operation launched inside it; "
+            "kernel time sums the kernels launched inside it (nested ranges count a kernel under every enclosing range, as nsys does)."
+        ],
+    )
+    sec.tables.append(Table("Ranges by CPU time", shown[cols + frac_cols], key=f"{res.label}_ranges"))
+    phases = ranges[ranges["range"].astype(str).str.contains(PHASE_PATTERN) & (ranges["kernels"] > 0)]
+    phases = phases.head(MAX_PHASE_SECTIONS)
+    if len(phases):
+        long = phases.melt(id_vars="range", value_vars=frac_cols, var_name="category", value_name="share_frac")
+        long["category"] = long["category"].str.removesuffix("_frac")
+        sec.figures.append(
+            Figure(
+                "Kernel time by category per range",
+                long,
+                "stacked_bar",
+                x="range",
+                y="share_frac",
+                color="category",
+                key=f"{res.label}_range_categories",
+            )
+        )
+    rk = res.tables["range_kernels"]
+    for name in phases["range"]:
+        inside = rk[rk["range"] == name].head(top)
+        row = phases.set_index("range").loc[name]
+        per = (
+            f" ({row['kernels'] / row['projected_instances']:.0f} kernels per instance)"
+            if row["projected_instances"]
+            else ""
+        )
+        sub = Section(
+            f"Inside '{name}'",
+            text=[
+                f"{int(row['instances'])} instances, {int(row['kernels'])} kernels{per}, {row['kernel_time_ns'] / 1e6:.3f} ms of kernel time."
+            ],
+        )
+        sub.tables.append(
+            Table(
+                f"Top kernels in '{name}'",
+                inside[["kernel", "category", "count", "range_instances", "total_ns"]],
+                key=f"{res.label}_{name}_kernels",
+            )
+        )
+        sec.sections.append(sub)
+    return sec
+
+
+def comparison_section(results: list[TraceResult]) -> Section:
+    """Side-by-side figures of several traces."""
+    rows, cat_rows = [], []
+    for res in results:
+        s = res.tables["summary"].iloc[0]
+        cats = res.tables["categories"]
+        ge = gemm_vs_elementwise(cats)
+        top = res.tables["kernels"].iloc[0]["kernel"] if len(res.tables["kernels"]) else ""
+        other = cats.set_index("category").loc["other", "share_frac"]
+        rows.append(
+            {
+                "trace": res.label,
+                "gpus": s["gpus"],
+                "kernels": s["kernels"],
+                "kernel_time_ns": s["kernel_time_ns"],
+                "gpu_busy_ns": s["gpu_busy_ns"],
+                "gemm_frac": ge["gemm_frac"],
+                "elementwise_frac": ge["elementwise_frac"],
+                "other_frac": other,
+                "top_kernel": _short(top, 60),
+            }
+        )
+        cat_rows.append(cats.assign(trace=res.label))
+    table = pd.DataFrame(rows)
+    cats = pd.concat(cat_rows, ignore_index=True)
+    wide = cats.pivot_table(
+        index="trace", columns="category", values="share_frac", observed=True, sort=False
+    ).reset_index()
+    wide.columns = ["trace", *[f"{c}_frac" for c in wide.columns[1:]]]
+    sec = Section("Comparison across traces")
+    sec.tables.append(Table("Overview", table, key="comparison_overview"))
+    sec.tables.append(Table("Share of GPU time by category", wide.fillna(0), key="comparison_categories"))
+    sec.figures.append(
+        Figure(
+            "GPU time by category per trace",
+            cats[cats["total_ns"] > 0],
+            "stacked_bar",
+            x="trace",
+            y="total_ns",
+            color="category",
+            key="comparison_categories",
+        )
+    )
+    return sec
+
+
+def build_report(
+    results: list[TraceResult], title: str = "profiler-kit report", top: int = 15, extra: list[Section] | None = None
+) -> Report:
+    """The report over one or several analysed traces (plus any extra sections)."""
+    report = Report(
+        title,
+        text=[
+            f"{len(results)} trace(s). Times in ms unless noted; shares in %. Kernel totals and NVTX projections follow "
+            "nsys stats (gpukernsum, nvtxsum, nvtxkernsum, nvtxgpuproj) definitions."
+        ],
+    )
+    if len(results) > 1:
+        report.sections.append(comparison_section(results))
+    report.sections.extend(trace_section(r, top) for r in results)
+    report.sections.extend(extra or [])
+    return report
+
+
+def label_for(path, roots) -> str:
+    """A short unique label: the path relative to the argument it was found under."""
+    from pathlib import Path
+
+    path = Path(path)
+    for root in roots:
+        root = Path(root)
+        if root.is_dir() and path.is_relative_to(root):
+            rel = path.relative_to(root)
+            return str(rel) if len(rel.parts) > 1 else path.name
+    return path.name
+
+
+def analyze_sources(sources, roots, on_each=None) -> list[TraceResult]:
+    """Read and analyse every trace source; ``on_each`` is called after each (for progress)."""
+    from analyze.breakdown import analyze_trace
+    from analyze.sources import read_trace
+
+    results = []
+    for src in sources:
+        trace = read_trace(src)
+        results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, analyze_trace(trace)))
+        if on_each:
+            on_each(src)
+    return results
