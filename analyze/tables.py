@@ -144,3 +144,49 @@ class Trace:
         for attr, schema in SCHEMAS.items():
             setattr(self, attr, validate(getattr(self, attr), schema))
         return self
+
+
+# torch.cuda.memory snapshot tables (analyze/memory_snapshot.py); one row per trace event
+MEMORY_EVENTS = {
+    "seq": I64,  # position in its device's trace, 0 = oldest kept event
+    "device": I64,
+    "action": CAT,  # alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map, ...
+    "addr": I64,
+    "size_bytes": I64,  # as recorded: the requested size for alloc/free, the mapped size for segments
+    "stream": I64,
+    "time_ns": I64,  # -1 when the snapshot has no time_us
+    "stack_id": I64,  # row of MEMORY_STACKS; -1 when the event has no frames
+    "top_frame": CAT,  # first user-code frame, "model.py:385 forward"
+}
+
+# allocator segments (cudaMalloc'd or mapped ranges) at dump time
+MEMORY_SEGMENTS = {
+    "device": I64,
+    "address": I64,
+    "total_size_bytes": I64,
+    "allocated_size_bytes": I64,  # blocks in state active_allocated
+    "active_size_bytes": I64,
+    "requested_size_bytes": I64,
+    "stream": I64,
+    "segment_type": CAT,  # "large" or "small" pool
+    "is_expandable": I64,  # 1, 0, or -1 when unknown
+}
+
+# blocks of those segments at dump time
+MEMORY_BLOCKS = {
+    "device": I64,
+    "segment_address": I64,
+    "address": I64,
+    "size_bytes": I64,
+    "requested_size_bytes": I64,
+    "state": CAT,  # active_allocated, active_pending_free (older: active_awaiting_free), inactive
+    "stack_id": I64,
+    "top_frame": CAT,
+}
+
+# distinct call stacks, shared by events and blocks
+MEMORY_STACKS = {
+    "stack_id": I64,
+    "top_frame": STR,
+    "stack": STR,  # every frame "filename:line name", innermost first, one per line
+}

@@ -1,0 +1,506 @@
+"""What fills GPU memory: replay a snapshot's trace into a timeline, the peak and what is live at it.
+
+Pure functions over the tables of ``analyze.memory_snapshot`` (one device at a
+time). Two byte counts are kept apart:
+
+- ``requested``: the sizes the trace records for alloc/free (what the caller
+  asked for; what PyTorch's memory_viz plots);
+- ``allocated``: allocator block sizes, what ``torch.cuda.memory_allocated``
+  and ``max_memory_allocated`` count. A request is rounded up to 512 bytes, and
+  a large-pool block keeps the whole free block when splitting would leave
+  1 MiB or less (``should_split`` in c10/cuda/CUDACachingAllocator.cpp).
+  ``_block_sizes`` replays that rule over the segment layout; the snapshot's
+  blocks at dump time check it.
+
+The allocated counter drops when a free is *requested* (the block may stay
+reserved for pending stream uses until ``free_completed``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analyze.memory_snapshot import BEFORE_TRACE, NO_FRAMES, MemorySnapshot
+
+KMIN_BLOCK = 512  # kMinBlockSize
+KSMALL_SIZE = 1 << 20  # kSmallSize: requests up to this go to the small pool
+NEVER = np.iinfo(np.int64).max
+
+# Allocation categories from the allocation's call stack (every frame "file:line name", one per line).
+CATEGORY_RULES = (  # first match wins
+    # category                  rule                                           pattern (regex, multiline)
+    ("gradients", "autograd accumulates a parameter's .grad", r"AccumulateGrad"),
+    ("optimizer state", "inside optimizer.step (state buffers and step temporaries)",
+     r"[/\\]torch[/\\]optim[/\\]|optim\w*\.py:\d+ (step|_init_group|\w*adam\w*)$"),
+    ("parameters", "module construction or .to()/.cuda()/load_state_dict",
+     r"module\.py:\d+ (_apply|to|cuda|convert|load_state_dict)$|[/\\]nn[/\\]init\.py:|:\d+ (__init__|reset_parameters)$"),
+    ("activations/temporaries", "backward pass (autograd engine)", r"autograd::Engine|autograd::generated::|\.py:\d+ backward$"),
+    ("activations/temporaries", "forward pass (a frame named forward)", r"\.py:\d+ forward$"),
+    ("other", "no frames recorded", r"^$"),
+    ("other", "anything else (data, user code outside forward/step)", r""),
+)  # fmt: skip
+CATEGORIES = ("parameters", "gradients", "optimizer state", "activations/temporaries", "other")
+_CATEGORY_RE = [(c, r, re.compile(p, re.M)) for c, r, p in CATEGORY_RULES]
+
+
+def round_size(size: np.ndarray) -> np.ndarray:
+    """Allocator rounding of requested sizes: at least 512 bytes, a multiple of 512 (``round_size``)."""
+    size = np.asarray(size, dtype=np.int64)
+    return np.maximum(KMIN_BLOCK, (size + KMIN_BLOCK - 1) // KMIN_BLOCK * KMIN_BLOCK)
+
+
+def _pairs(seq: np.ndarray, addr: np.ndarray, is_alloc: np.ndarray, is_free: np.ndarray):
+    """Match each alloc with the next free of its address.
+
+    Returns (free_seq per alloc row or NEVER, matched mask per free row,
+    number of allocs of an address that was already live).
+    """
+    rows = np.flatnonzero(is_alloc | is_free)
+    order = rows[np.lexsort((seq[rows], addr[rows]))]
+    a, al, fr = addr[order], is_alloc[order], is_free[order]
+    same_next = np.zeros(len(order), dtype=bool)
+    same_next[:-1] = a[1:] == a[:-1]
+    alloc_freed = al & np.concatenate([same_next[:-1] & fr[1:], [False]]) if len(order) else al
+    free_matched = fr & np.concatenate([[False], same_next[:-1] & al[:-1]]) if len(order) else fr
+    double_alloc = int((al & np.concatenate([same_next[:-1] & al[1:], [False]])).sum()) if len(order) else 0
+    free_seq = np.full(len(seq), NEVER, dtype=np.int64)
+    idx = np.flatnonzero(alloc_freed)
+    free_seq[order[idx]] = seq[order[idx + 1]]
+    matched = np.zeros(len(seq), dtype=bool)
+    matched[order[free_matched]] = True
+    return free_seq, matched, double_alloc
+
+
+def _initial_segments(events: pd.DataFrame, segments: pd.DataFrame) -> dict[int, int]:
+    """Segments that existed before the first event: those at dump time, undone by the trace's segment events."""
+    segs = dict(zip(segments["address"].tolist(), segments["total_size_bytes"].tolist(), strict=True))
+    seg_ev = events[events["action"].isin(["segment_alloc", "segment_free"])]
+    for action, addr, size in zip(
+        seg_ev["action"].tolist()[::-1], seg_ev["addr"].tolist()[::-1], seg_ev["size_bytes"].tolist()[::-1], strict=True
+    ):
+        if action == "segment_alloc":
+            segs.pop(addr, None)
+        else:
+            segs[addr] = size
+    return segs
+
+
+def _block_sizes(
+    events: pd.DataFrame, rounded: np.ndarray, initial_live: list[int], initial_segs: dict[int, int], expandable: bool
+) -> tuple[np.ndarray, int]:
+    """Allocator block size for every alloc event (other rows: 0), and how many large allocs had no known segment.
+
+    Small-pool blocks and expandable segments always split, so the block is the
+    rounded request. A large-pool block starts a free region that ends at the
+    next live block or the segment end; it is split only when more than 1 MiB
+    would remain.
+    """
+    out = np.where(events["action"].to_numpy() == "alloc", rounded, 0)
+    large = (events["action"].to_numpy() == "alloc") & (rounded > KSMALL_SIZE)
+    if expandable or not large.any():
+        return out, 0
+    live = sorted(initial_live)
+    seg_starts = sorted(initial_segs)
+    seg_size = dict(initial_segs)
+    unknown = 0
+    actions = events["action"].astype(str).tolist()
+    addrs = events["addr"].tolist()
+    sizes = events["size_bytes"].tolist()
+    for i, (action, addr) in enumerate(zip(actions, addrs, strict=True)):
+        if action == "alloc":
+            if large[i]:
+                j = bisect.bisect_right(seg_starts, addr) - 1
+                if j < 0 or addr >= seg_starts[j] + seg_size[seg_starts[j]]:
+                    unknown += 1
+                else:
+                    end = seg_starts[j] + seg_size[seg_starts[j]]
+                    k = bisect.bisect_right(live, addr)
+                    if k < len(live) and live[k] < end:
+                        end = live[k]
+                    if end - addr - rounded[i] <= KSMALL_SIZE:
+                        out[i] = end - addr
+            bisect.insort(live, addr)
+        elif action == "free_completed":
+            k = bisect.bisect_left(live, addr)
+            if k < len(live) and live[k] == addr:
+                del live[k]
+        elif action == "segment_alloc":
+            bisect.insort(seg_starts, addr)
+            seg_size[addr] = sizes[i]
+        elif action == "segment_free" and addr in seg_size:
+            seg_starts.remove(addr)
+            del seg_size[addr]
+    return out, unknown
+
+
+def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
+    """Every block lifetime the snapshot shows, from the trace plus the blocks that predate it.
+
+    Args:
+        snap: one device's tables (``MemorySnapshot.on_device``).
+
+    Returns:
+        (allocations, checks). allocations: ``alloc_seq`` (-1 = before the
+        first event), ``free_seq`` (the free_requested event; NEVER = live at
+        dump), ``address``, ``size_bytes`` (allocator block), ``requested_bytes``,
+        ``time_ns`` of the alloc (-1 before trace), ``stack_id``, ``top_frame``,
+        ``origin`` ("trace", "before trace, freed in trace", "before trace, live
+        at dump"). checks: counts and bytes that say how complete the trace is
+        and whether it agrees with the segments at dump time.
+    """
+    ev = snap.events.sort_values("seq").reset_index(drop=True)
+    seq = ev["seq"].to_numpy()
+    addr = ev["addr"].to_numpy()
+    action = ev["action"].astype(str).to_numpy()
+    is_alloc = action == "alloc"
+    free_action = "free_requested" if (action == "free_requested").any() else "free_completed"
+    free_seq, free_matched, double_alloc = _pairs(seq, addr, is_alloc, action == free_action)
+    done_seq, done_matched, _ = _pairs(seq, addr, is_alloc, action == "free_completed")
+
+    blocks = snap.blocks
+    active = blocks[blocks["state"] == "active_allocated"]
+    occupied = blocks[blocks["state"] != "inactive"]
+    live_end = is_alloc & (free_seq == NEVER)
+    live_end_addr = set(addr[live_end].tolist())
+    dump_size = dict(zip(active["address"].tolist(), active["size_bytes"].tolist(), strict=True))
+
+    # blocks live when the trace starts: freed without an alloc in the trace, or live at dump but never allocated in it
+    pre_freed = (action == free_action) & ~free_matched
+    pre_done = (action == "free_completed") & ~done_matched
+    pre_dump = active[~active["address"].isin(live_end_addr)]
+    initial_live = set(addr[pre_done].tolist()) | (
+        set(occupied["address"].tolist()) - set(addr[is_alloc & (done_seq == NEVER)].tolist())
+    )
+
+    settings = snap.meta.get("allocator_settings") or {}
+    rounded = round_size(ev["size_bytes"].to_numpy())
+    block, unknown_segment = _block_sizes(
+        ev,
+        rounded,
+        list(initial_live),
+        _initial_segments(ev, snap.segments),
+        bool(snap.meta.get("expandable_segments")),
+    )
+
+    trace_rows = pd.DataFrame(
+        {
+            "alloc_seq": seq[is_alloc],
+            "free_seq": free_seq[is_alloc],
+            "address": addr[is_alloc],
+            "size_bytes": block[is_alloc],
+            "requested_bytes": ev["size_bytes"].to_numpy()[is_alloc],
+            "time_ns": ev["time_ns"].to_numpy()[is_alloc],
+            "stack_id": ev["stack_id"].to_numpy()[is_alloc],
+            "top_frame": ev["top_frame"].astype(str).to_numpy()[is_alloc],
+            "origin": "trace",
+        }
+    )
+    freed_rows = pd.DataFrame(
+        {
+            "alloc_seq": -1,
+            "free_seq": seq[pre_freed],
+            "address": addr[pre_freed],
+            "size_bytes": rounded[pre_freed],
+            "requested_bytes": ev["size_bytes"].to_numpy()[pre_freed],
+            "time_ns": -1,
+            "stack_id": -1,
+            "top_frame": BEFORE_TRACE,
+            "origin": "before trace, freed in trace",
+        }
+    )
+    dump_rows = pd.DataFrame(
+        {
+            "alloc_seq": -1,
+            "free_seq": NEVER,
+            "address": pre_dump["address"].to_numpy(),
+            "size_bytes": pre_dump["size_bytes"].to_numpy(),
+            "requested_bytes": pre_dump["requested_size_bytes"].to_numpy(),
+            "time_ns": -1,
+            "stack_id": pre_dump["stack_id"].to_numpy(),
+            "top_frame": [
+                t if s >= 0 else BEFORE_TRACE
+                for t, s in zip(pre_dump["top_frame"].astype(str), pre_dump["stack_id"], strict=True)
+            ],
+            "origin": "before trace, live at dump",
+        }
+    )
+    allocs = pd.concat([r for r in (freed_rows, dump_rows, trace_rows) if len(r)], ignore_index=True)
+    if allocs.empty:
+        allocs = trace_rows
+    allocs["top_frame"] = allocs["top_frame"].astype("category")
+
+    live_sizes = block[live_end]
+    live_addrs = addr[live_end]
+    in_dump = np.array([a in dump_size for a in live_addrs.tolist()], dtype=bool)
+    size_ok = np.array(
+        [dump_size.get(a) == s for a, s in zip(live_addrs.tolist(), live_sizes.tolist(), strict=True)], dtype=bool
+    )
+    roundup = settings.get("roundup_power2_divisions") or {}
+    checks = {
+        "events": int(len(ev)),
+        "free_counted_at": free_action,
+        "pre_trace_freed_blocks": int(pre_freed.sum()),
+        "pre_trace_freed_bytes": int(rounded[pre_freed].sum()),
+        "pre_trace_live_at_dump_blocks": int(len(pre_dump)),
+        "pre_trace_live_at_dump_bytes": int(pre_dump["size_bytes"].sum()),
+        "live_at_end_blocks": int(live_end.sum()),
+        "live_at_end_missing_from_segments": int((~in_dump).sum()),
+        "live_at_end_size_mismatch": int((in_dump & ~size_ok).sum()),
+        "double_allocs": int(double_alloc),
+        "large_allocs_without_segment": int(unknown_segment),
+        "allocated_at_dump_bytes": int(active["size_bytes"].sum()),
+        "allocated_at_dump_replayed_bytes": int(allocs.loc[allocs["free_seq"] == NEVER, "size_bytes"].sum()),
+        "reserved_at_dump_bytes": int(snap.segments["total_size_bytes"].sum()),
+        "block_sizes_exact": bool(unknown_segment == 0 and not any(int(v) > 1 for v in roundup.values())
+                                  and int(settings.get("max_split_size", -1) or -1) in (-1, NEVER)),
+    }  # fmt: skip
+    checks["complete"] = checks["pre_trace_freed_blocks"] == 0 and checks["pre_trace_live_at_dump_blocks"] == 0
+    return allocs, checks
+
+
+def classify_allocations(allocs: pd.DataFrame, stacks: pd.DataFrame) -> pd.DataFrame:
+    """Add ``category`` and ``rule`` from CATEGORY_RULES applied to each allocation's stack.
+
+    Input columns: ``stack_id`` (-1 = no frames). Stacks are classified once
+    each, so the cost does not grow with the number of allocations.
+    """
+    texts = dict(zip(stacks["stack_id"].tolist(), stacks["stack"].tolist(), strict=True))
+    texts[-1] = ""
+    table = {}
+    for sid, text in texts.items():
+        for cat, rule, rx in _CATEGORY_RE:
+            if rx.search(text):
+                table[sid] = (cat, rule)
+                break
+    out = allocs.copy()
+    ids = out["stack_id"].tolist()
+    out["category"] = pd.Categorical([table[s][0] for s in ids], categories=CATEGORIES)
+    out["rule"] = pd.Categorical([table[s][1] for s in ids])
+    return out
+
+
+def summarize_timeline(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
+    """Allocated, requested and reserved bytes after every event.
+
+    Returns one row per event: ``seq``, ``time_ns``, ``action``,
+    ``allocated_bytes`` (block sizes, what max_memory_allocated counts),
+    ``requested_bytes`` and ``reserved_bytes`` (segments). Levels include the
+    blocks and segments that predate the trace, so they are absolute.
+    Vectorized: one cumulative sum per column.
+    """
+    ev = events.sort_values("seq").reset_index(drop=True)
+    n = len(ev)
+    seq0 = int(ev["seq"].iloc[0]) if n else 0
+    out = {"seq": ev["seq"].to_numpy(), "time_ns": ev["time_ns"].to_numpy(), "action": ev["action"]}
+    a_seq = allocs["alloc_seq"].to_numpy()
+    f_seq = allocs["free_seq"].to_numpy()
+    for col, sizes in (
+        ("allocated_bytes", allocs["size_bytes"].to_numpy()),
+        ("requested_bytes", allocs["requested_bytes"].to_numpy()),
+    ):
+        delta = np.zeros(n + 1, dtype=np.int64)
+        before = a_seq < 0
+        np.add.at(delta, np.where(before, 0, a_seq - seq0 + 1), sizes)
+        freed = f_seq != NEVER
+        np.add.at(delta, f_seq[freed] - seq0 + 1, -sizes[freed])
+        out[col] = np.cumsum(delta)[1:]
+    action = ev["action"].astype(str).to_numpy()
+    size = ev["size_bytes"].to_numpy()
+    sign = np.select(
+        [np.isin(action, ["segment_alloc", "segment_map"]), np.isin(action, ["segment_free", "segment_unmap"])],
+        [1, -1],
+        0,
+    )
+    change = np.cumsum(sign * size)
+    reserved_dump = int(segments["total_size_bytes"].sum())
+    out["reserved_bytes"] = reserved_dump - (change[-1] if n else 0) + change
+    return pd.DataFrame(out)
+
+
+def find_peak(timeline: pd.DataFrame, column: str = "allocated_bytes") -> dict:
+    """The first event at which ``column`` is highest: its row index, seq, time and value."""
+    i = int(np.argmax(timeline[column].to_numpy()))
+    row = timeline.iloc[i]
+    return {"index": i, "seq": int(row["seq"]), "time_ns": int(row["time_ns"]), "bytes": int(row[column])}
+
+
+def live_at(allocs: pd.DataFrame, seq: int) -> pd.DataFrame:
+    """Allocations live right after event ``seq`` (allocated at or before it, free requested after it)."""
+    return allocs[(allocs["alloc_seq"] <= seq) & (allocs["free_seq"] > seq)]
+
+
+def summarize_live_by(live: pd.DataFrame, key: str | list[str], top: int | None = None) -> pd.DataFrame:
+    """Live allocations grouped by ``key``: ``count``, ``total_bytes``, ``largest_bytes``, ``share_frac``.
+
+    Sorted by total bytes; with ``top`` the rest is folded into one "(N more)" row.
+    """
+    keys = [key] if isinstance(key, str) else list(key)
+    g = live.groupby(keys, observed=True, dropna=False)["size_bytes"]
+    out = pd.DataFrame({"count": g.size(), "total_bytes": g.sum(), "largest_bytes": g.max()}).reset_index()
+    out = out.sort_values(["total_bytes", "count"], ascending=False, kind="stable").reset_index(drop=True)
+    total = int(live["size_bytes"].sum())
+    if top is not None and len(out) > top:
+        rest = out.iloc[top:]
+        folded = {k: "" for k in keys}
+        folded[keys[0]] = f"({len(rest)} more)"
+        folded.update(
+            count=int(rest["count"].sum()),
+            total_bytes=int(rest["total_bytes"].sum()),
+            largest_bytes=int(rest["largest_bytes"].max()),
+        )
+        out = pd.concat([out.iloc[:top].astype({k: object for k in keys}), pd.DataFrame([folded])], ignore_index=True)
+    out["share_frac"] = out["total_bytes"] / total if total else 0.0
+    return out
+
+
+def summarize_segments(segments: pd.DataFrame, blocks: pd.DataFrame) -> pd.DataFrame:
+    """Segments at dump time per pool (``segment_type``) and in total.
+
+    Columns: ``pool``, ``segments``, ``reserved_bytes``, ``allocated_bytes``
+    (active_allocated blocks), ``pending_free_bytes``, ``free_bytes``
+    (inactive blocks), ``requested_bytes`` (of allocated blocks),
+    ``rounding_bytes`` (allocated - requested), ``balanced`` (allocated +
+    pending + free == reserved, the check of ``segsum`` in torch's _memory_viz).
+    """
+    b = blocks.assign(
+        pool=blocks["segment_address"].map(
+            dict(zip(segments["address"], segments["segment_type"].astype(str), strict=True))
+        )
+    )
+    rows = []
+    for pool, segs in [*segments.groupby(segments["segment_type"].astype(str)), ("total", segments)]:
+        bb = b if pool == "total" else b[b["pool"] == pool]
+        alloc = bb[bb["state"] == "active_allocated"]
+        row = {
+            "pool": pool,
+            "segments": len(segs),
+            "reserved_bytes": int(segs["total_size_bytes"].sum()),
+            "allocated_bytes": int(alloc["size_bytes"].sum()),
+            "pending_free_bytes": int(bb.loc[bb["state"] == "active_pending_free", "size_bytes"].sum()),
+            "free_bytes": int(bb.loc[bb["state"] == "inactive", "size_bytes"].sum()),
+            "requested_bytes": int(alloc["requested_size_bytes"].sum()),
+        }
+        row["rounding_bytes"] = row["allocated_bytes"] - row["requested_bytes"]
+        row["balanced"] = (
+            row["allocated_bytes"] + row["pending_free_bytes"] + row["free_bytes"] == row["reserved_bytes"]
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def downsample_indices(values: np.ndarray, max_points: int) -> np.ndarray:
+    """Row indices to plot: the first, last, and each bucket's min and max, so the exact peak stays.
+
+    Buckets are equal runs of events; at most about ``max_points`` indices come back.
+    """
+    n = len(values)
+    if n <= max_points:
+        return np.arange(n)
+    buckets = max(1, max_points // 2)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    starts = edges[:-1]
+    hi = np.maximum.reduceat(values, starts)
+    lo = np.minimum.reduceat(values, starts)
+    bucket = np.repeat(np.arange(buckets), np.diff(edges))
+    picks = []
+    for extreme in (hi, lo):
+        hit = np.flatnonzero(values == extreme[bucket])
+        picks.append(hit[np.r_[True, bucket[hit][1:] != bucket[hit][:-1]]])  # first hit per bucket
+    return np.unique(np.concatenate([[0, n - 1, int(np.argmax(values))], *picks]))
+
+
+def timeline_by(
+    allocs: pd.DataFrame, timeline: pd.DataFrame, key: str, keep: list[str], max_points: int = 3000
+) -> pd.DataFrame:
+    """Live bytes after each sampled event split by ``allocs[key]``, for a stacked area chart.
+
+    Values not in ``keep`` are summed as "other". Returns long rows: ``event``,
+    ``time_ns`` (since the first event; -1 without times), ``key`` value,
+    ``allocated_bytes``. Sampled rows come from ``downsample_indices`` on the
+    total, so the stack reaches the exact peak.
+    """
+    idx = downsample_indices(timeline["allocated_bytes"].to_numpy(), max_points)
+    n = len(timeline)
+    seq0 = int(timeline["seq"].iloc[0])
+    labels = allocs[key].astype(str).where(allocs[key].astype(str).isin(keep), "other")
+    order = [k for k in keep if k != "other"] + ["other"]
+    t = timeline["time_ns"].to_numpy()
+    t_rel = np.where(t >= 0, t - t[t >= 0].min(), -1) if (t >= 0).any() else np.full(n, -1)
+    parts = []
+    for name in order:
+        sub = allocs[labels == name]
+        if sub.empty:
+            continue
+        delta = np.zeros(n + 1, dtype=np.int64)
+        a, f, s = sub["alloc_seq"].to_numpy(), sub["free_seq"].to_numpy(), sub["size_bytes"].to_numpy()
+        np.add.at(delta, np.where(a < 0, 0, a - seq0 + 1), s)
+        freed = f != NEVER
+        np.add.at(delta, f[freed] - seq0 + 1, -s[freed])
+        level = np.cumsum(delta)[1:]
+        parts.append(pd.DataFrame({"event": idx, "time_ns": t_rel[idx], key: name, "allocated_bytes": level[idx]}))
+    return pd.concat(parts, ignore_index=True)
+
+
+@dataclass
+class MemoryAnalysis:
+    """Everything the memory report shows for one device of one snapshot."""
+
+    device: int
+    allocations: pd.DataFrame
+    timeline: pd.DataFrame
+    checks: dict
+    peak_allocated: dict
+    peak_reserved: dict
+    live_at_peak: pd.DataFrame
+    segments_summary: pd.DataFrame
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def fragmentation_at_peak_bytes(self) -> int:
+        """Reserved minus allocated at the allocated peak: memory held by the cache but not in use."""
+        row = self.timeline.iloc[self.peak_allocated["index"]]
+        return int(row["reserved_bytes"] - row["allocated_bytes"])
+
+
+def analyze_snapshot(snap: MemorySnapshot, device: int | None = None) -> MemoryAnalysis:
+    """Replay, classify and summarize one device (default: the one with the most events)."""
+    device = snap.devices()[0] if device is None else device
+    one = snap.on_device(device)
+    allocs, checks = replay_allocations(one)
+    allocs = classify_allocations(allocs, one.stacks)
+    timeline = summarize_timeline(allocs, one.events, one.segments)
+    peak = find_peak(timeline)
+    return MemoryAnalysis(
+        device=device,
+        allocations=allocs,
+        timeline=timeline,
+        checks=checks,
+        peak_allocated=peak,
+        peak_reserved=find_peak(timeline, "reserved_bytes"),
+        live_at_peak=live_at(allocs, peak["seq"]),
+        segments_summary=summarize_segments(one.segments, one.blocks),
+    )
+
+
+__all__ = [
+    "CATEGORIES",
+    "CATEGORY_RULES",
+    "NO_FRAMES",
+    "MemoryAnalysis",
+    "analyze_snapshot",
+    "classify_allocations",
+    "downsample_indices",
+    "find_peak",
+    "live_at",
+    "replay_allocations",
+    "round_size",
+    "summarize_live_by",
+    "summarize_segments",
+    "summarize_timeline",
+    "timeline_by",
+]
