@@ -315,7 +315,7 @@ def _ranges(path: Path, by_cat: dict) -> pd.DataFrame:
             "style": "push_pop",
             "pid": _ints(e.get("pid") for e in events),
             "tid": tids,
-            "end_tid": tids,
+            "end_tid": -1,  # push/pop: closed on the thread that opened it (nsys: endGlobalTid NULL)
         },
         start,
         dur,

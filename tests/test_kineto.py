@@ -10,10 +10,12 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from functools import cache
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from analyze.errors import InputError
 from analyze.kineto import looks_like_kineto, read_kineto
+from analyze.projection import project_nvtx, summarize_projection
 from tests.conftest import FIXTURES, shared_params
 
 REAL = shared_params("kineto", "*.json.gz")
@@ -100,6 +102,28 @@ def test_other_tables_match_plain_json(path):
     if "distributedInfo" in doc:
         assert trace.meta["rank"] == doc["distributedInfo"]["rank"]
     assert looks_like_kineto(path)
+
+
+@pytest.mark.parametrize("path", REAL)
+def test_projection_agrees_with_kinetos_gpu_user_annotations(path):
+    """Our projection of the CPU ranges (analyze.projection) against the GPU ranges Kineto itself drew.
+
+    Kineto pads its gpu_user_annotation spans (1 ns in recent traces, 1 us / 0.5 us in
+    older ones), so each must match a projected span of the same name within 1 us.
+    """
+    trace = _read(path)
+    expected = trace.meta["gpu_user_annotations"]
+    if not expected:
+        pytest.skip("trace has no gpu_user_annotation events")
+    ops = pd.concat([trace.kernels.assign(is_kernel=True), trace.memops.assign(is_kernel=False)], ignore_index=True)
+    spans = summarize_projection(trace.nvtx, project_nvtx(trace.nvtx, ops, trace.runtime))
+    spans = spans.assign(name=spans["range"].astype(str), end=spans["gpu_start_ns"] + spans["gpu_duration_ns"])
+    for gpu in expected:
+        same = spans[spans["name"] == gpu["name"]]
+        near = same[
+            ((same["gpu_start_ns"] - gpu["start_ns"]).abs() <= 1000) & ((same["end"] - gpu["end_ns"]).abs() <= 1000)
+        ]
+        assert len(near) == 1, gpu
 
 
 # Hand-built traces
@@ -244,7 +268,7 @@ def test_range_depth_nests_per_thread(tmp_path):
         "other_thread": 0,
     }
     assert set(trace.nvtx["style"]) == {"push_pop"} and set(trace.nvtx["domain"]) == {""}
-    assert (trace.nvtx["tid"] == trace.nvtx["end_tid"]).all()
+    assert (trace.nvtx["end_tid"] == -1).all()  # push/pop, as the nsys reader gives them
     assert trace.kernels.empty and trace.runtime.empty
 
 
