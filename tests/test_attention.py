@@ -1,0 +1,107 @@
+"""Attention workloads on the CPU: FlashAttention-2 (PyTorch and Triton) against a float64 reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.attention_reference import reference_attention
+from workloads.attention import IMPLS, attention_naive, attention_step, get_impl
+from workloads.attention_bench import attention_flops
+from workloads.flash_pytorch import FlashAttention2PyTorch, flash_forward
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _inputs(shape, seed, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(shape, generator=gen).to(dtype).requires_grad_() for _ in range(3))
+    return q, k, v, torch.randn(shape, generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize("seq", [16, 37, 100])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_pytorch_matches_reference(seq, causal):
+    q, k, v, do = _inputs((2, seq, 32), seed=seq + causal)
+    o = FlashAttention2PyTorch.apply(q, k, v, causal)
+    o.backward(do)
+    _, lse = flash_forward(q.detach(), k.detach(), v.detach(), causal)
+    ref = reference_attention(q, k, v, causal, do)
+    for name, got in [("o", o), ("L", lse), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
+        torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_flash_pytorch_saves_l_q_k_v_o_and_small_tiles():
+    q, k, v, _ = _inputs((1, 2, 40, 16), seed=3)
+    o = FlashAttention2PyTorch.apply(q, k, v, True)
+    saved = o.grad_fn.saved_tensors
+    assert [t.shape for t in saved] == [q.shape[:-1], q.shape, k.shape, v.shape, o.shape]
+    assert torch.equal(saved[4], o.detach())
+    with pytest.raises(ValueError, match="16x16"):
+        flash_forward(q, k, v, tile_q=8)
+
+
+def test_flash_pytorch_under_torch_compile():
+    q, k, v, do = _inputs((1, 24, 16), seed=5)
+    o = torch.compile(FlashAttention2PyTorch.apply, backend="eager")(q, k, v, True)
+    o.backward(do)
+    ref = reference_attention(q, k, v, True, do)
+    torch.testing.assert_close(o.double(), ref["o"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(k.grad.double(), ref["dk"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_naive_and_sdpa_agree_with_reference(causal):
+    q, k, v, do = _inputs((1, 2, 33, 16), seed=11)
+    ref = reference_attention(q, k, v, causal, do)
+    for impl in ("naive", "sdpa"):
+        o = get_impl(impl)(q, k, v, causal)
+        torch.testing.assert_close(o.double(), ref["o"], atol=1e-5, rtol=1e-5, msg=lambda m, i=impl: f"{i}: {m}")
+
+
+def test_naive_records_course_nvtx_ranges():
+    q, k, v, _ = _inputs((1, 8, 16), seed=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        attention_naive(q, k, v, True)
+    names = {e.name for e in prof.events()}
+    assert {"computing attention scores", "computing softmax", "final matmul"} <= names
+
+
+def test_attention_step_runs_forward_and_backward_ranges():
+    step = attention_step("flash_pytorch", 1, 2, 20, 16, torch.float32, True, "cpu")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step()
+    names = {e.name for e in prof.events()}
+    assert {"forward", "backward"} <= names
+    with pytest.raises(ValueError, match="unknown attention impl"):
+        attention_step("nope", 1, 1, 16, 16, torch.float32, False, "cpu")
+    assert set(IMPLS) == {"naive", "compiled", "flash_pytorch", "triton", "sdpa"}
+
+
+def test_flop_convention():
+    fwd, bwd = attention_flops(1, 16, 16384, 64, causal=True)
+    assert fwd == 4 * 16 * 16384**2 * 64 / 2
+    assert bwd == 2.5 * fwd
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+def test_triton_kernels_in_interpreter():
+    """Runs tests/attention_triton_cases.py with TRITON_INTERPRET=1 in a fresh process."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    cases = ROOT / "tests" / "attention_triton_cases.py"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(cases)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout
