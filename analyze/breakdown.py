@@ -6,10 +6,12 @@ are fractions (0..1) in ``*_frac`` columns.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
-from analyze.projection import project_nvtx, range_label, summarize_projection
+from analyze.projection import attribute, launches, project_nvtx, range_label, summarize_projection
 from analyze.tables import Trace
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
@@ -129,7 +131,19 @@ def gemm_vs_elementwise(categories: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
+EMIT_NVTX_SUFFIX = re.compile(r", (seq|op_id|sizes|input_op_ids) = .*$")
+
+
+def base_range_names(labels: pd.Series) -> pd.Series:
+    """Range labels without the per-call suffix ``torch.autograd.profiler.emit_nvtx`` adds.
+
+    ``aten::mm, seq = 12, op_id = 40, sizes = [...]`` becomes ``aten::mm`` so that
+    thousands of one-off names group into one row per op.
+    """
+    return labels.astype(str).str.replace(EMIT_NVTX_SUFFIX, "", regex=True)
+
+
+def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame, group_emit_nvtx: bool = False) -> pd.DataFrame:
     """Per range name: instances, CPU time, projected GPU time, kernels and their time.
 
     Columns: range, instances, cpu_total_ns, cpu_avg_ns (all instances, as
@@ -137,17 +151,22 @@ def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataF
     (first-to-last GPU op per instance, as ``nvtxgpuproj``), kernels,
     kernel_time_ns (summed over every enclosing instance, as ``nvtxkernsum``),
     and one ``<category>_frac`` column per category of that kernel time.
+    With ``group_emit_nvtx`` names are grouped by ``base_range_names``.
     """
     labels = range_label(ranges)
+    if group_emit_nvtx:
+        labels = base_range_names(labels)
+    lab = labels.to_numpy()
     g = ranges.assign(range=labels).groupby("range", sort=False)
     out = pd.DataFrame({"instances": g.size(), "cpu_total_ns": g["duration_ns"].sum()})
     out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
     proj = summarize_projection(ranges, attributed)
-    pg = proj.groupby("range", sort=False)
+    pg = proj.assign(range=lab[proj["range_row"].to_numpy().astype("int64")]).groupby("range", sort=False)
     out["projected_instances"] = pg.size().reindex(out.index).fillna(0).astype("int64")
     out["gpu_span_total_ns"] = pg["gpu_duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
     out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
     kern = attributed[attributed["is_kernel"]] if len(attributed) else attributed
+    kern = kern.assign(range=lab[kern["range_row"].to_numpy().astype("int64")])
     kg = kern.groupby("range", observed=True, sort=False)
     out["kernels"] = kg.size().reindex(out.index).fillna(0).astype("int64")
     out["kernel_time_ns"] = kg["duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
@@ -156,6 +175,21 @@ def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataF
         for cat in by_cat.columns:
             out[f"{cat}_frac"] = (by_cat[cat].reindex(out.index) / out["kernel_time_ns"].replace(0, np.nan)).fillna(0)
     return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def window_kernel_time(ranges: pd.DataFrame, ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.Series:
+    """Kernel ns launched by ANY thread of the range's process while the range was open.
+
+    nsys's projection only sees launches on the range's own thread, so a
+    "backward" range misses kernels that autograd's worker thread launches.
+    This is the complementary view; indexed like ``ranges``.
+    """
+    lau = launches(ops, runtime).assign(tid=0)
+    rng = ranges.assign(tid=0, end_tid=-1)
+    pairs = attribute(rng, lau)
+    kern_ns = np.where(ops["is_kernel"].to_numpy(), ops["duration_ns"].to_numpy(), 0)
+    total = pd.Series(kern_ns[pairs["op_row"].to_numpy().astype("int64")]).groupby(pairs["range_row"].to_numpy()).sum()
+    return total.reindex(ranges.index).fillna(0).astype("int64")
 
 
 def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
@@ -175,18 +209,71 @@ def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+# Ranges that mark training phases, by name; emit_nvtx op ranges ("::", "op_id") are not phases.
+PHASE_PATTERN = re.compile(r"forward|backward|optimi[sz]er|\bstep\b|train|warm", re.IGNORECASE)
+
+
+def summarize_phases(
+    ranges: pd.DataFrame, ops: pd.DataFrame, runtime: pd.DataFrame, attributed: pd.DataFrame
+) -> pd.DataFrame:
+    """Per phase range name (forward, backward, optimizer, step...): CPU and kernel time per instance.
+
+    Columns: range, instances, cpu_avg_ns, kernels_per_instance and
+    kernel_per_instance_ns (launched on the range's thread, as nsys projects),
+    window_kernel_per_instance_ns (launched by any thread while it was open).
+    """
+    labels = range_label(ranges)
+    is_phase = labels.str.contains(PHASE_PATTERN) & ~labels.str.contains("::|op_id", regex=True)
+    sel = ranges[is_phase.to_numpy()]
+    if sel.empty:
+        return pd.DataFrame(
+            columns=[
+                "range",
+                "instances",
+                "cpu_avg_ns",
+                "kernels_per_instance",
+                "kernel_per_instance_ns",
+                "window_kernel_per_instance_ns",
+            ]
+        )
+    window = window_kernel_time(sel, ops, runtime)
+    kern = attributed[attributed["is_kernel"] & attributed["range_row"].isin(sel.index)]
+    per_row = kern.groupby("range_row")["duration_ns"].agg(["size", "sum"]).reindex(sel.index).fillna(0)
+    df = pd.DataFrame(
+        {
+            "range": labels[sel.index].to_numpy(),
+            "cpu_ns": sel["duration_ns"].to_numpy(),
+            "kernels": per_row["size"].to_numpy(),
+            "kernel_ns": per_row["sum"].to_numpy(),
+            "window_ns": window.to_numpy(),
+        }
+    )
+    g = df.groupby("range", sort=False)
+    return pd.DataFrame(
+        {
+            "instances": g.size(),
+            "cpu_avg_ns": g["cpu_ns"].mean(),
+            "kernels_per_instance": g["kernels"].mean(),
+            "kernel_per_instance_ns": g["kernel_ns"].mean(),
+            "window_kernel_per_instance_ns": g["window_ns"].mean(),
+        }
+    ).reset_index()
+
+
 def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
     """Every breakdown of one trace, by name: the entry point for notebooks and reports."""
     ops = gpu_ops(trace)
     attributed = project_nvtx(trace.nvtx, ops, trace.runtime)
     categories = summarize_categories(ops)
     return {
+        "phases": summarize_phases(trace.nvtx, ops, trace.runtime, attributed),
         "ops": ops,
         "summary": summarize_trace(trace, ops),
         "kernels": summarize_kernels(ops),
         "categories": categories,
         "attributed": attributed,
         "ranges": summarize_ranges(trace.nvtx, attributed),
+        "range_groups": summarize_ranges(trace.nvtx, attributed, group_emit_nvtx=True),
         "range_kernels": summarize_range_kernels(attributed),
         "projection": summarize_projection(trace.nvtx, attributed),
     }

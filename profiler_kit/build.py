@@ -6,7 +6,6 @@ only chooses which tables and charts to show and words the findings.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,8 +14,6 @@ import pandas as pd
 from analyze.breakdown import gemm_vs_elementwise
 from profiler_kit.report import Figure, Report, Section, Table
 
-# Ranges that get their own breakdown section, by name (case-insensitive).
-PHASE_PATTERN = re.compile(r"forward|backward|optimi[sz]er|\bstep\b|train", re.IGNORECASE)
 MAX_PHASE_SECTIONS = 8
 
 
@@ -131,7 +128,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
 
 
 def ranges_section(res: TraceResult, top: int) -> Section:
-    ranges = res.tables["ranges"]
+    ranges = res.tables["range_groups"]
     cols = [
         "range",
         "instances",
@@ -143,51 +140,76 @@ def ranges_section(res: TraceResult, top: int) -> Section:
         "kernel_time_ns",
     ]
     frac_cols = [c for c in ranges.columns if c.endswith("_frac")]
-    shown = ranges.head(max(top * 2, 30))
+    n_names = len(res.tables["ranges"])
+    grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != len(ranges) else ""
     sec = Section(
         "NVTX ranges",
         text=[
-            f"{len(ranges)} distinct range names, {int(ranges['instances'].sum())} instances. "
+            f"{len(ranges)} distinct range names{grouped}, {int(ranges['instances'].sum())} instances. "
             "CPU time is the range's own duration; GPU span runs from the first to the last GPU operation launched inside it; "
-            "kernel time sums the kernels launched inside it (nested ranges count a kernel under every enclosing range, as nsys does)."
+            "kernel time sums the kernels launched inside it on the range's thread (nested ranges count a kernel under every "
+            "enclosing range, as nsys does)."
         ],
     )
-    sec.tables.append(Table("Ranges by CPU time", shown[cols + frac_cols], key=f"{res.label}_ranges"))
-    phases = ranges[ranges["range"].astype(str).str.contains(PHASE_PATTERN) & (ranges["kernels"] > 0)]
-    phases = phases.head(MAX_PHASE_SECTIONS)
+    sec.tables.append(
+        Table("Ranges by CPU time", ranges.head(max(top * 2, 30))[cols + frac_cols], key=f"{res.label}_ranges")
+    )
+    phases = res.tables["phases"]
     if len(phases):
-        long = phases.melt(id_vars="range", value_vars=frac_cols, var_name="category", value_name="share_frac")
+        sec.sections.append(phases_section(res, phases, ranges, frac_cols, top))
+    return sec
+
+
+def phases_section(
+    res: TraceResult, phases: pd.DataFrame, ranges: pd.DataFrame, frac_cols: list[str], top: int
+) -> Section:
+    text = [
+        "Per instance of each phase range. 'kernel' columns count kernels launched on the range's own thread "
+        "(nsys's projection); 'window' counts kernels launched by any thread of the process while the range was open."
+    ]
+    missed = phases[phases["window_kernel_per_instance_ns"] > 1.1 * phases["kernel_per_instance_ns"]]
+    for _, row in missed.iterrows():
+        text.append(
+            f"'{row['range']}': {row['window_kernel_per_instance_ns'] / 1e6:.3f} ms of kernels were launched while it was open but only "
+            f"{row['kernel_per_instance_ns'] / 1e6:.3f} ms from its own thread: its work is launched by another thread "
+            "(autograd runs backward on its own thread), so its nsys projection under-reports it."
+        )
+    sec = Section("Phases", text=text)
+    sec.tables.append(Table("Phase ranges per instance", phases, key=f"{res.label}_phases"))
+    names = phases.head(MAX_PHASE_SECTIONS)["range"]
+    in_ranges = ranges[ranges["range"].isin(names) & (ranges["kernels"] > 0)]
+    if len(in_ranges):
+        long = in_ranges.melt(id_vars="range", value_vars=frac_cols, var_name="category", value_name="share_frac")
         long["category"] = long["category"].str.removesuffix("_frac")
         sec.figures.append(
             Figure(
-                "Kernel time by category per range",
+                "Kernel time by category per phase",
                 long,
                 "stacked_bar",
                 x="range",
                 y="share_frac",
                 color="category",
-                key=f"{res.label}_range_categories",
+                key=f"{res.label}_phase_categories",
+            )
+        )
+        sec.tables.append(
+            Table(
+                "Kernel time by category per phase",
+                in_ranges[["range", "kernel_time_ns", *frac_cols]],
+                key=f"{res.label}_phase_categories",
             )
         )
     rk = res.tables["range_kernels"]
-    for name in phases["range"]:
+    for name, row in phases.head(MAX_PHASE_SECTIONS).set_index("range").iterrows():
         inside = rk[rk["range"] == name].head(top)
-        row = phases.set_index("range").loc[name]
-        per = (
-            f" ({row['kernels'] / row['projected_instances']:.0f} kernels per instance)"
-            if row["projected_instances"]
-            else ""
-        )
-        sub = Section(
-            f"Inside '{name}'",
-            text=[
-                f"{int(row['instances'])} instances, {int(row['kernels'])} kernels{per}, {row['kernel_time_ns'] / 1e6:.3f} ms of kernel time."
-            ],
-        )
+        if inside.empty:
+            continue
+        inside = inside.assign(per_instance=inside["count"] / row["instances"])
+        sub = Section(f"Top kernels in '{name}'")
         sub.tables.append(
             Table(
                 f"Top kernels in '{name}'",
-                inside[["kernel", "category", "count", "range_instances", "total_ns"]],
+                inside[["kernel", "category", "count", "per_instance", "total_ns"]],
                 key=f"{res.label}_{name}_kernels",
             )
         )
