@@ -337,7 +337,8 @@ def live_at(allocs: pd.DataFrame, seq: int) -> pd.DataFrame:
 def summarize_live_by(live: pd.DataFrame, key: str | list[str], top: int | None = None) -> pd.DataFrame:
     """Live allocations grouped by ``key``: ``count``, ``total_bytes``, ``largest_bytes``, ``share_frac``.
 
-    Sorted by total bytes; with ``top`` the rest is folded into one "(N more)" row.
+    Sorted by total bytes; with ``top`` the rest is folded into one last row,
+    labelled "(N more)" (left blank when the key is numeric).
     """
     keys = [key] if isinstance(key, str) else list(key)
     g = live.groupby(keys, observed=True, dropna=False)["size_bytes"]
@@ -346,14 +347,17 @@ def summarize_live_by(live: pd.DataFrame, key: str | list[str], top: int | None 
     total = int(live["size_bytes"].sum())
     if top is not None and len(out) > top:
         rest = out.iloc[top:]
-        folded = {k: "" for k in keys}
-        folded[keys[0]] = f"({len(rest)} more)"
+        numeric = [k for k in keys if pd.api.types.is_numeric_dtype(out[k])]
+        folded = {k: (np.nan if k in numeric else "") for k in keys}
+        if keys[0] not in numeric:
+            folded[keys[0]] = f"({len(rest)} more)"
         folded.update(
             count=int(rest["count"].sum()),
             total_bytes=int(rest["total_bytes"].sum()),
             largest_bytes=int(rest["largest_bytes"].max()),
         )
-        out = pd.concat([out.iloc[:top].astype({k: object for k in keys}), pd.DataFrame([folded])], ignore_index=True)
+        head = out.iloc[:top].astype({k: object for k in keys if k not in numeric})
+        out = pd.concat([head, pd.DataFrame([folded])], ignore_index=True)
     out["share_frac"] = out["total_bytes"] / total if total else 0.0
     return out
 

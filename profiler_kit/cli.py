@@ -167,3 +167,48 @@ def nvtx(path, top, fmt):
     Example: profiler-kit nvtx run.sqlite --format csv
     """
     _print_table(_one_trace(path)["ranges"].head(top), fmt)
+
+
+@cli.command()
+@click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("reports/memory"),
+    show_default=True,
+    help="Directory for memory.md and memory.html.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="md: memory.md + memory.html; csv/json: one file per table (plus memory.html).",
+)
+@click.option(
+    "--top", type=click.IntRange(1), default=10, show_default=True, help="Rows per 'top' table and series per chart."
+)
+def memory(snapshots, out_dir, fmt, top):
+    """Explain peak GPU memory from torch.cuda.memory snapshots (.pickle, .pkl, .pickle.gz).
+
+    Replays each snapshot's allocation trace: peak allocated and reserved and
+    when, what is live at the peak by category, source line and size, the
+    largest allocations, segments at dump time, and an interactive timeline.
+    Several snapshots also get a comparison table (size, ctx, mode, precision
+    from file names or a run.json / <stem>.json beside the file). Directories
+    are searched recursively. Snapshots are read without running code.
+
+    Example: profiler-kit memory runs/xl_ctx512_full_step_bf16.pickle -o reports/mem
+    """
+    from analyze.errors import InputError
+    from profiler_kit.build_memory import build_memory_report, find_snapshots, load_snapshots
+    from profiler_kit.output import render_report_files, write_files
+
+    paths = find_snapshots(list(snapshots))
+    if not paths:
+        raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
+    report = build_memory_report(load_snapshots(paths), top=top)
+    echo_written(write_files(out_dir, render_report_files(report, "memory", fmt)))
