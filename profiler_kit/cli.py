@@ -212,3 +212,185 @@ def memory(snapshots, out_dir, fmt, top):
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
     report = build_memory_report(load_snapshots(paths), top=top)
     echo_written(write_files(out_dir, render_report_files(report, "memory", fmt)))
+
+
+RECORD_SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@cli.command()
+@click.argument("workload", metavar="WORKLOAD")
+@click.option("--ctx", type=click.IntRange(1), default=512, show_default=True, help="Context length (LM sizes).")
+@click.option("--batch", type=click.IntRange(1), default=None, help="Batch size [default: 4; attention 8].")
+@click.option("--mode", type=click.Choice(["forward", "forward_backward", "train"]), default="train", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option(
+    "--attention",
+    type=click.Choice(["reference", "sdpa", "flash_pytorch", "flash_triton"]),
+    default="reference",
+    show_default=True,
+    help="Attention inside the LM.",
+)
+@click.option("--fused-adamw", is_flag=True, help="torch.optim.AdamW(fused=True) instead of the hand-written AdamW.")
+@click.option("--impl", default="sdpa", show_default=True, help="attention workload: naive, compiled, sdpa, ...")
+@click.option("--seq", type=click.IntRange(1), default=1024, show_default=True, help="attention workload: sequence.")
+@click.option("--d-head", type=click.IntRange(1), default=64, show_default=True, help="attention workload: head dim.")
+@click.option("--heads", type=click.IntRange(0), default=16, show_default=True, help="attention workload: heads.")
+@click.option("--variant", default="bucketed", show_default=True, help="ddp: naive, flat, overlap, bucketed, torch.")
+@click.option("--bucket-mb", type=float, default=25.0, show_default=True, help="ddp: bucket size in MiB.")
+@click.option("--nproc", type=click.IntRange(1), default=2, show_default=True, help="ddp: processes.")
+@click.option("--sharded", is_flag=True, help="ddp: ZeRO-1 sharded optimizer.")
+@click.option("--ddp-size", default="small", show_default=True, help="ddp: model size.")
+@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="auto", show_default=True)
+@click.option("--memory", is_flag=True, help="Also write a CUDA memory snapshot (memory.pickle).")
+@click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed (and profiled) steps.")
+@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps.")
+@click.option("--calibrate", is_flag=True, help="Measure this GPU's GEMM TFLOP/s and copy bandwidth first.")
+@click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
+@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs"), show_default=True)
+def record(
+    workload,
+    ctx,
+    batch,
+    mode,
+    precision,
+    compile_,
+    attention,
+    fused_adamw,
+    impl,
+    seq,
+    d_head,
+    heads,
+    variant,
+    bucket_mb,
+    nproc,
+    sharded,
+    ddp_size,
+    backend,
+    memory,
+    steps,
+    warmup,
+    calibrate,
+    device,
+    out_dir,
+):
+    """Run WORKLOAD under a profiler; leave trace, run.json (and memory.pickle) in OUT_DIR/<run_id>/.
+
+    WORKLOAD is a Transformer size (tiny, small, medium, large, xl, 2.7B),
+    "attention" (one attention layer: --impl --seq --d-head --heads) or "ddp"
+    (data-parallel training, --variant --nproc). Backend auto uses nsys where it
+    can trace this machine, else the PyTorch profiler; "none" only times.
+    run.json holds the spec, versions, GPU, step times without and with the
+    profiler, and peak memory.
+
+    Example: profiler-kit record xl --ctx 512 --precision bf16 --memory -o outputs/
+    """
+    device = device or _default_device()
+    if workload == "ddp":
+        try:
+            from profiler_kit.run_ddp import record_ddp
+        except ImportError as err:
+            raise click.ClickException(f"ddp recording is not available: {err}") from None
+        paths = record_ddp(
+            variant,
+            bucket_mb,
+            nproc,
+            ddp_size,
+            ctx,
+            out_dir,
+            batch=batch or 4,
+            warmup=warmup,
+            steps=steps,
+            sharded=sharded,
+            device=device,
+        )
+        echo_written(paths)
+        return
+    from profiler_kit.run import RecordError
+    from profiler_kit.run import record as record_run
+    from workloads.models import RunSpec
+
+    if workload == "attention":
+        spec_kw = {
+            "workload": "attention",
+            "attention": impl,
+            "ctx": seq,
+            "heads": heads,
+            "d_head": d_head,
+            "batch": batch or 8,
+        }
+    elif workload in RECORD_SIZES:
+        spec_kw = {
+            "size": workload,
+            "ctx": ctx,
+            "attention": attention,
+            "batch": batch or 4,
+            "fused_adamw": fused_adamw,
+        }
+    else:
+        raise click.BadParameter(
+            f"{workload!r}: one of {', '.join(RECORD_SIZES)}, attention, ddp", param_hint="WORKLOAD"
+        )
+    spec = RunSpec(
+        mode=mode, precision=precision, compile=compile_, warmup=warmup, steps=steps, device=device, **spec_kw
+    )
+    try:
+        result = record_run(spec, backend, memory, out_dir, calibrate, log=lambda m: click.echo(m, err=True))
+    except RecordError as err:
+        raise click.ClickException(str(err)) from None
+    if result.status != "ok":
+        click.echo(f"{spec.run_id}: {result.status}: {result.meta.get('error', '')}", err=True)
+    echo_written(result.files)
+
+
+def _csv_list(cast):
+    def parse(ctx, param, value):
+        try:
+            return [cast(v) for v in value.split(",") if v]
+        except ValueError as err:
+            raise click.BadParameter(str(err)) from None
+
+    return parse
+
+
+@cli.command()
+@click.option("--sizes", default="small,medium,large,xl,2.7B", show_default=True, callback=_csv_list(str))
+@click.option("--ctx", "ctxs", default="128,256,512,1024", show_default=True, callback=_csv_list(int))
+@click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str))
+@click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str))
+@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="torch", show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True)
+@click.option("--batch", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--memory", is_flag=True, help="A CUDA memory snapshot per cell.")
+@click.option("--timeout", type=click.IntRange(1), default=1800, show_default=True, help="Seconds per cell.")
+@click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
+@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs/sweep"), show_default=True)
+def sweep(sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, device, out_dir):
+    """Record a grid of sizes x contexts x modes x precisions, one fresh process per cell.
+
+    An OOM or crash in one cell is a row of results.jsonl / results.md, not the
+    end of the sweep; longer contexts of a group that ran out of memory are
+    marked OOM without being run. Each cell leaves OUT_DIR/<run_id>/run.json.
+
+    Example: profiler-kit sweep --sizes small,xl --ctx 128,512 --modes forward,train -o outputs/sweep
+    """
+    from profiler_kit.sweep import grid
+    from profiler_kit.sweep import sweep as run_sweep
+
+    try:
+        specs = grid(
+            sizes, ctxs, modes, precisions, batch=batch, warmup=warmup, steps=steps, device=device or _default_device()
+        )
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+    rows = run_sweep(specs, backend, out_dir, memory, timeout, progress=lambda s: progress(s, "sweep"))
+    bad = sum(r["status"] != "ok" for r in rows)
+    click.echo(f"{len(rows)} cells, {bad} not ok (OOM or error)", err=True)
+    echo_written([out_dir / "results.jsonl", out_dir / "results.md"])

@@ -1,0 +1,396 @@
+"""Record a workload under a profiler, leaving predictable files under ``out_dir/<run_id>/``.
+
+- ``trace.json.gz``: PyTorch profiler (Kineto) trace, torch backend;
+- ``trace.sqlite`` (+ ``trace.nsys-rep``): Nsight Systems export, nsys backend;
+- ``memory.pickle``: CUDA memory snapshot (``memory=True``, GPU runs);
+- ``run.json``: always; the RunSpec, library versions, GPU, harness timings
+  without and with the profiler (so its overhead is visible), peak memory and,
+  when measured or cached, this GPU's calibration figures.
+
+Backend ``none`` only times (run.json without a trace). ``auto`` picks nsys
+when it is installed and can trace this machine (CPU-only runs, or a CUDA probe
+that records kernels), else torch. FACTS.md §3: Debian's split nsys install
+leaves a ``.qdstrm`` that QdstrmImporter turns into a report; nsys 2022.4 on a
+CUDA 13 driver "runs" but records no kernels, which is an error here, not an
+empty profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BACKENDS = ("auto", "nsys", "torch", "none")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NSYS_GPU_FLAGS = ["-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none"]
+NSYS_CPU_FLAGS = ["-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none"]
+DRIVER_UNSUPPORTED = re.compile(r"driver version.{0,40}not supported|not supported by this build of Nsight", re.I)
+CALIBRATION_FILE = "calibration.json"
+
+
+class RecordError(RuntimeError):
+    """The profiler could not produce a usable trace (message says why)."""
+
+
+@dataclass
+class RunResult:
+    """Where a recorded run went: its folder, backend, status ("ok", "oom", "error") and files."""
+
+    run_dir: Path
+    backend: str
+    status: str
+    files: list[Path] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+
+def _env() -> dict:
+    """The environment for workload subprocesses: this checkout importable."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file, so readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def _tail(text: str, n: int = 1500) -> str:
+    return text[-n:].strip()
+
+
+def qdstrm_importer(nsys: str | None = None) -> Path | None:
+    """QdstrmImporter next to the nsys install (Debian puts it under /usr/lib/nsight-systems)."""
+    candidates = [Path("/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter")]
+    if nsys:
+        real = Path(nsys).resolve()
+        candidates += [real.parent.parent / "host-linux-x64" / "QdstrmImporter", real.parent / "QdstrmImporter"]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def nsys_version(nsys: str) -> str:
+    out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or out.stderr.strip()
+
+
+def _sqlite_tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as con:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def nsys_diagnostics(path: Path) -> list[str]:
+    """Text of the export's diagnostic messages (table names drift between releases)."""
+    messages = []
+    with sqlite3.connect(path) as con:
+        for table in _sqlite_tables(path):
+            if "DIAGNOSTIC" not in table.upper():
+                continue
+            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
+            for col in ("text", "message", "value"):
+                if col in cols:
+                    messages += [str(r[0]) for r in con.execute(f'SELECT "{col}" FROM "{table}"') if r[0]]
+    return messages
+
+
+def nsys_profile(cmd: list[str], out_stem: Path, cuda: bool, timeout: int = 3600) -> Path:
+    """Run ``cmd`` under nsys and return the SQLite export ``<out_stem>.sqlite``.
+
+    Raises RecordError when nsys reports an unsupported driver, writes no
+    report, or (CUDA runs) records no kernels.
+    """
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise RecordError("nsys is not installed (not on PATH)")
+    flags = NSYS_GPU_FLAGS if cuda else NSYS_CPU_FLAGS
+    proc = subprocess.run(
+        [nsys, "profile", *flags, "-o", str(out_stem), "--force-overwrite", "true", *cmd],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=timeout,
+    )
+    log = proc.stdout + proc.stderr
+    if DRIVER_UNSUPPORTED.search(log):
+        raise RecordError(f"nsys cannot trace this CUDA driver: {DRIVER_UNSUPPORTED.search(log).group(0)}")
+    rep, qdstrm = out_stem.with_suffix(".nsys-rep"), out_stem.with_suffix(".qdstrm")
+    if not rep.exists() and qdstrm.exists():  # Debian's split install: nsys cannot find its importer
+        importer = qdstrm_importer(nsys)
+        if importer is None:
+            raise RecordError(f"nsys left {qdstrm.name} and no QdstrmImporter was found to convert it")
+        imp = subprocess.run([str(importer), "-i", str(qdstrm)], capture_output=True, text=True, timeout=timeout)
+        if not rep.exists():
+            raise RecordError(f"QdstrmImporter could not convert {qdstrm.name}: {_tail(imp.stdout + imp.stderr)}")
+    if not rep.exists():
+        raise RecordError(f"nsys wrote no report (exit {proc.returncode}): {_tail(log)}")
+    qdstrm.unlink(missing_ok=True)
+    sqlite = out_stem.with_suffix(".sqlite")
+    exp = subprocess.run(
+        [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(sqlite), str(rep)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if not sqlite.exists():
+        raise RecordError(f"nsys export failed: {_tail(exp.stdout + exp.stderr)}")
+    diagnostics = nsys_diagnostics(sqlite)
+    bad = [m for m in diagnostics if DRIVER_UNSUPPORTED.search(m)]
+    if bad:
+        raise RecordError(f"nsys cannot trace this CUDA driver: {bad[0]}")
+    if cuda and "CUPTI_ACTIVITY_KIND_KERNEL" not in _sqlite_tables(sqlite):
+        raise RecordError(
+            "nsys recorded no CUDA kernels for a GPU run" + (f": {diagnostics[0]}" if diagnostics else "")
+        )
+    if proc.returncode != 0:
+        raise RecordError(f"profiled workload failed (exit {proc.returncode}): {_tail(log)}")
+    return sqlite
+
+
+_PROBE: dict[str, tuple[bool, str]] = {}
+
+
+def nsys_can_trace_cuda() -> tuple[bool, str]:
+    """Whether nsys records kernels of a tiny CUDA program here (cached per process)."""
+    if "cuda" not in _PROBE:
+        code = "import torch; x = torch.ones(1024, device='cuda'); (x * 2).sum().item()"
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                nsys_profile([sys.executable, "-c", code], Path(tmp) / "probe", cuda=True, timeout=300)
+                _PROBE["cuda"] = (True, "nsys traced a CUDA probe")
+            except (RecordError, subprocess.TimeoutExpired, OSError) as err:
+                _PROBE["cuda"] = (False, str(err))
+    return _PROBE["cuda"]
+
+
+def choose_backend(backend: str, cuda: bool) -> tuple[str, str]:
+    """(backend, reason): ``auto`` becomes nsys when it works for this run, else torch."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend, "asked for"
+    if shutil.which("nsys") is None:
+        return "torch", "nsys is not installed"
+    if not cuda:
+        return "nsys", "nsys is installed and the run is CPU-only (NVTX ranges)"
+    ok, why = nsys_can_trace_cuda()
+    return ("nsys", why) if ok else ("torch", f"nsys cannot trace CUDA here ({why})")
+
+
+def versions() -> dict:
+    import torch
+
+    out = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "platform": platform.platform(),
+    }
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = None
+    return out
+
+
+def gpu_info(device: str) -> dict | None:
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    p = torch.cuda.get_device_properties(device)
+    return {
+        "name": p.name,
+        "compute_capability": f"{p.major}.{p.minor}",
+        "memory_bytes": int(p.total_memory),
+        "sm_count": p.multi_processor_count,
+    }
+
+
+def load_or_measure_calibration(out_dir: Path, device: str, measure: bool) -> dict | None:
+    """This GPU's calibration: measured when asked (and cached in out_dir), else the cached one if it matches."""
+    from workloads.calibrate import calibrate
+
+    cache = Path(out_dir) / CALIBRATION_FILE
+    cached = json.loads(cache.read_text()) if cache.exists() else None
+    gpu = gpu_info(device)
+    name = gpu["name"] if gpu else "cpu"
+    if measure:
+        cal = calibrate(device)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cache, json.dumps(cal, indent=1))
+        return cal
+    return cached if cached and cached.get("device") == name else None
+
+
+def _gzip_to(src: Path, dst: Path) -> None:
+    with src.open("rb") as fin, gzip.open(dst, "wb", compresslevel=6) as fout:
+        shutil.copyfileobj(fin, fout)
+    src.unlink()
+
+
+def _record_torch(spec, run_dir: Path, memory: bool) -> dict:
+    """Unprofiled timing, then ``spec.steps`` more steps under torch.profiler on the warm workload."""
+    import torch
+
+    from workloads.harness import measure, run_spec, summarize
+
+    cuda = spec.device.startswith("cuda")
+    snapshot = run_dir / "memory.pickle"
+    if memory and cuda:
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+
+    def stop_memory_history():
+        if memory and cuda and not snapshot.exists():
+            torch.cuda.memory._dump_snapshot(str(snapshot))
+            torch.cuda.memory._record_memory_history(enabled=None)
+
+    def profile(workload) -> dict:
+        stop_memory_history()  # the snapshot covers build, warm-up and timed steps, not the profiler's
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            times = measure(workload, 0, spec.steps, spec.device)
+        raw = run_dir / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        _gzip_to(raw, run_dir / "trace.json.gz")
+        return {"profiled": {"phases": summarize(times), "times_ms": times}}
+
+    row = run_spec(spec, after=profile)
+    stop_memory_history()  # an OOM before profiling still leaves its snapshot
+    return row
+
+
+def _record_nsys(spec, run_dir: Path) -> dict:
+    """Unprofiled timing in one subprocess, then the same harness under nsys in another."""
+    cuda = spec.device.startswith("cuda")
+    spec_json = json.dumps(spec.to_dict())
+    plain = run_dir / "harness_unprofiled.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "workloads.harness", "--spec", spec_json, "--out", str(plain)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    if not plain.exists():
+        raise RecordError(f"workload failed (exit {proc.returncode}): {_tail(proc.stderr)}")
+    row = json.loads(plain.read_text())
+    plain.unlink()
+    if row["status"] != "ok":
+        return row
+    profiled = run_dir / "harness_profiled.json"
+    cmd = [sys.executable, "-m", "workloads.harness", "--spec", spec_json, "--out", str(profiled)]
+    nsys_profile(cmd, run_dir / "trace", cuda=cuda)
+    prof_row = json.loads(profiled.read_text())
+    profiled.unlink()
+    row["profiled"] = {k: prof_row.get(k) for k in ("status", "phases", "times_ms")}
+    return row
+
+
+def record(
+    spec,
+    backend: str = "auto",
+    memory: bool = False,
+    out_dir: str | Path = "outputs",
+    calibrate: bool = False,
+    log=None,
+) -> RunResult:
+    """Run ``spec`` (a workloads.models.RunSpec) under ``backend``; write its files and run.json.
+
+    The harness times ``spec.warmup`` + ``spec.steps`` steps without a profiler;
+    the torch backend then profiles ``spec.steps`` more steps of the same warm
+    workload, the nsys backend re-runs warm-up and steps in a subprocess under
+    nsys (so its NVTX export has warmup + steps "forward" ranges).
+    """
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    cuda = spec.device.startswith("cuda")
+    backend, why = choose_backend(backend, cuda)
+    log(f"backend: {backend} ({why})")
+    out_dir = Path(out_dir)
+    run_dir = out_dir / spec.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("trace.json.gz", "trace.sqlite", "trace.nsys-rep", "memory.pickle", "run.json"):
+        (run_dir / stale).unlink(missing_ok=True)
+    meta = {
+        "run_id": spec.run_id,
+        "spec": spec.to_dict(),
+        "backend": backend,
+        "backend_reason": why,
+        "command": " ".join(sys.argv),
+        "versions": versions(),
+        "gpu": gpu_info(spec.device),
+        "memory_history": bool(memory and cuda),
+    }
+    if backend == "nsys":
+        meta["versions"]["nsys"] = nsys_version(shutil.which("nsys"))
+    cal = load_or_measure_calibration(out_dir, spec.device, calibrate)
+    if cal:
+        meta["calibration"] = cal
+    if backend == "torch":
+        row = _record_torch(spec, run_dir, memory)
+    elif backend == "nsys":
+        row = _record_nsys(spec, run_dir)
+    else:
+        from workloads.harness import run_spec
+
+        row = run_spec(spec)
+    meta["status"] = row.pop("status")
+    meta["unprofiled"] = {k: row.pop(k) for k in ("phases", "times_ms") if k in row}
+    meta.update(row)
+    meta["profiling_overhead_frac"] = _overhead(meta)
+    files = [run_dir / n for n in ("trace.json.gz", "trace.sqlite", "trace.nsys-rep", "memory.pickle")]
+    files = [f for f in files if f.exists()]
+    meta["files"] = [f.name for f in files] + ["run.json"]
+    files.append(write_atomic(run_dir / "run.json", json.dumps(meta, indent=1, default=str)))
+    return RunResult(run_dir, backend, meta["status"], files, meta)
+
+
+def _overhead(meta: dict) -> float | None:
+    """Profiled over unprofiled mean wall-clock step time, minus one."""
+    try:
+        plain = meta["unprofiled"]["phases"]["step_wall"]["mean"]
+        prof = meta["profiled"]["phases"]["step_wall"]["mean"]
+    except (KeyError, TypeError):
+        return None
+    return prof / plain - 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for one sweep cell in a fresh process: ``python -m profiler_kit.run --spec JSON``."""
+    from workloads.models import RunSpec
+
+    ap = argparse.ArgumentParser(description="Record one RunSpec (a sweep cell).")
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--backend", default="auto", choices=BACKENDS)
+    ap.add_argument("--memory", action="store_true")
+    ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("-o", "--out-dir", default="outputs")
+    args = ap.parse_args(argv)
+    try:
+        result = record(RunSpec(**json.loads(args.spec)), args.backend, args.memory, args.out_dir, args.calibrate)
+    except RecordError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    print(json.dumps({"run_dir": str(result.run_dir), "status": result.status, "backend": result.backend}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
