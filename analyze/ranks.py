@@ -1,0 +1,260 @@
+"""Cross-rank analyses of data-parallel profiles: communication vs compute vs idle, overlap, stragglers.
+
+All functions take normalized kernel tables (analyze.tables.KERNELS) with a
+``category`` column (analyze.taxonomy.classify_kernels; NCCL kernels are
+"communication"). Ranks come from a ``rank`` column when present (see
+``concat_ranks`` for one trace per rank), else from ``pid`` (one multi-process
+nsys export): processes are numbered in order of the GPU they use, then pid.
+
+Times are GPU kernel intervals. Busy/communication/compute times are lengths of
+interval unions, so concurrent kernels on several streams count once. A NCCL
+kernel runs from launch until its peers join, so communication time includes
+waiting for a late rank: a straggler shows up as communication on the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+COMMUNICATION = "communication"
+
+
+def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals [start, end) into sorted disjoint ones (touching intervals merge)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    if len(starts) == 0:
+        return starts[:0], ends[:0]
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    first = np.empty(len(s), dtype=bool)
+    first[0] = True
+    first[1:] = s[1:] > reach[:-1]
+    heads = np.flatnonzero(first)
+    tails = np.r_[heads[1:] - 1, len(s) - 1]
+    return s[heads], reach[tails]
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total time covered by at least one interval, ns."""
+    s, e = interval_union(starts, ends)
+    return int((e - s).sum())
+
+
+def intersection_length(a_starts, a_ends, b_starts, b_ends) -> int:
+    """Time covered by at least one interval of A and at least one of B, ns (sweep over both unions)."""
+    a_s, a_e = interval_union(a_starts, a_ends)
+    b_s, b_e = interval_union(b_starts, b_ends)
+    if len(a_s) == 0 or len(b_s) == 0:
+        return 0
+    t = np.concatenate([a_s, a_e, b_s, b_e])
+    da = np.concatenate([np.ones(len(a_s)), -np.ones(len(a_e)), np.zeros(len(b_s) + len(b_e))])
+    db = np.concatenate([np.zeros(len(a_s) + len(a_e)), np.ones(len(b_s)), -np.ones(len(b_e))])
+    order = np.argsort(t, kind="stable")
+    t, ca, cb = t[order], np.cumsum(da[order]), np.cumsum(db[order])
+    # between consecutive event times the counts are constant; zero-length gaps at ties add nothing
+    both = (ca[:-1] > 0) & (cb[:-1] > 0)
+    return int(np.diff(t)[both].sum())
+
+
+def concat_ranks(kernel_tables: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """One kernel table per rank (e.g. one Kineto trace per rank, in rank order) -> one table with ``rank``."""
+    frames = [k.assign(rank=r) for r, k in enumerate(kernel_tables)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["rank"])
+
+
+def rank_of_pid(kernels: pd.DataFrame) -> dict[int, int]:
+    """Rank number per launching process: ordered by the lowest GPU the process used, then pid."""
+    first_gpu = kernels.groupby("pid", observed=True)["device_id"].min()
+    ordered = sorted(first_gpu.items(), key=lambda kv: (kv[1], kv[0]))
+    return {int(pid): r for r, (pid, _) in enumerate(ordered)}
+
+
+def with_ranks(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` with a ``rank`` column (kept if present, else derived from ``pid``)."""
+    if "rank" in kernels.columns:
+        return kernels
+    return kernels.assign(rank=kernels["pid"].map(rank_of_pid(kernels)).astype("int64"))
+
+
+def _split(k: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    comm = k["category"].astype(str) == COMMUNICATION
+    return k[comm], k[~comm]
+
+
+def _times(k: pd.DataFrame, comm: pd.DataFrame, comp: pd.DataFrame, span: tuple[int, int] | None = None) -> dict:
+    cs, ce = comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy()
+    ps, pe = comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy()
+    lo, hi = span if span is not None else (int(k["start_ns"].min()), int(k["end_ns"].max()))
+    comm_ns, comp_ns = union_length(cs, ce), union_length(ps, pe)
+    overlap = intersection_length(cs, ce, ps, pe)
+    busy = comm_ns + comp_ns - overlap
+    span_ns = hi - lo
+    return {
+        "span_ns": span_ns,
+        "busy_ns": busy,
+        "idle_ns": span_ns - busy,
+        "comm_ns": comm_ns,
+        "compute_ns": comp_ns,
+        "overlap_ns": overlap,
+        "exposed_comm_ns": comm_ns - overlap,
+    }
+
+
+def _fractions(df: pd.DataFrame) -> pd.DataFrame:
+    span = df["span_ns"].where(df["span_ns"] > 0)
+    comm = df["comm_ns"].where(df["comm_ns"] > 0)
+    return df.assign(
+        comm_hidden_frac=df["overlap_ns"] / comm,
+        comm_frac=df["comm_ns"] / span,
+        compute_frac=df["compute_ns"] / span,
+        idle_frac=df["idle_ns"] / span,
+    )
+
+
+def summarize_rank_time(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: GPU time in communication kernels, compute kernels, idle, and how much communication is hidden.
+
+    Args:
+        kernels: start_ns, end_ns, duration_ns, category, device_id, and ``rank`` or ``pid``.
+
+    Returns:
+        One row per rank: rank, pid, device_id, kernels, comm_kernels,
+        comm_kernel_sum_ns / compute_kernel_sum_ns (sums of kernel durations: what
+        ``nsys stats`` gpukernsum totals per process), span_ns (first kernel start
+        to last kernel end), busy_ns, idle_ns, comm_ns / compute_ns (interval-union
+        time), overlap_ns (communication running while a compute kernel runs on the
+        same rank), exposed_comm_ns (comm_ns - overlap_ns), comm_hidden_frac
+        (overlap / comm), comm_frac, compute_frac, idle_frac (of span).
+        Ranks without kernels are absent.
+    """
+    k = with_ranks(kernels)
+    rows = []
+    for rank, g in k.groupby("rank", sort=True):
+        comm, comp = _split(g)
+        rows.append(
+            {
+                "rank": int(rank),
+                "pid": int(g["pid"].iloc[0]),
+                "device_id": int(g["device_id"].min()),
+                "kernels": len(g),
+                "comm_kernels": len(comm),
+                "comm_kernel_sum_ns": int(comm["duration_ns"].sum()),
+                "compute_kernel_sum_ns": int(comp["duration_ns"].sum()),
+                **_times(g, comm, comp),
+            }
+        )
+    return _fractions(pd.DataFrame(rows))
+
+
+def step_ranges(nvtx: pd.DataFrame, kernels: pd.DataFrame | None = None, name: str = "step") -> pd.DataFrame:
+    """The ``name`` ranges of each rank, numbered in time order: rank, step, start_ns, end_ns, duration_ns.
+
+    Args:
+        nvtx: NVTX_RANGES rows (or record_function ranges), with ``rank`` or ``pid``.
+        kernels: when ``nvtx`` has no ``rank``, the kernels whose pid -> rank mapping to use.
+    """
+    r = nvtx[nvtx["name"].astype(str) == name]
+    if "rank" not in r.columns:
+        mapping = (
+            rank_of_pid(kernels) if kernels is not None else {p: i for i, p in enumerate(sorted(r["pid"].unique()))}
+        )
+        r = r.assign(rank=r["pid"].map(mapping))
+        r = r[r["rank"].notna()].astype({"rank": "int64"})
+    r = r.sort_values(["rank", "start_ns"])
+    r = r.assign(step=r.groupby("rank").cumcount().astype("int64"))
+    return r[["rank", "step", "start_ns", "end_ns", "duration_ns"]].reset_index(drop=True)
+
+
+def summarize_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step: the summarize_rank_time figures over kernels that start inside the step's range.
+
+    Args:
+        kernels: as for summarize_rank_time.
+        steps: rank, step, start_ns, end_ns (CPU ranges, e.g. from ``step_ranges``). A kernel belongs
+            to the step whose range contains its start; the step's span is its range, so GPU idle
+            includes time the GPU waited for the CPU. Exact when the step ends with a device sync
+            (workloads.ddp_train does), approximate otherwise (GPU work can spill into the next step).
+
+    Returns:
+        rank, step, step_ns (range duration), span_ns, busy_ns, idle_ns, comm_ns, compute_ns,
+        overlap_ns, exposed_comm_ns and the fractions.
+    """
+    k = with_ranks(kernels)
+    rows = []
+    for rank, s in steps.groupby("rank", sort=True):
+        g = k[k["rank"] == rank].sort_values("start_ns")
+        starts = g["start_ns"].to_numpy()
+        for st in s.itertuples(index=False):
+            lo, hi = np.searchsorted(starts, [st.start_ns, st.end_ns], side="left")
+            w = g.iloc[lo:hi]
+            comm, comp = _split(w)
+            rows.append(
+                {"rank": int(rank), "step": int(st.step), "step_ns": int(st.end_ns - st.start_ns)}
+                | _times(w, comm, comp, span=(int(st.start_ns), int(st.end_ns)))
+            )
+    return _fractions(pd.DataFrame(rows))
+
+
+def slowest_rank_per_step(steps: pd.DataFrame) -> pd.DataFrame:
+    """Which rank is slowest in each step, and by how much.
+
+    Args:
+        steps: rank, step, duration_ns (``step_ranges`` output, or any per-rank step times).
+
+    Returns:
+        One row per step: step, slowest_rank, slowest_ns, fastest_rank, fastest_ns,
+        spread_ns (slowest - fastest), spread_frac (spread / slowest). Ties go to the lower rank.
+    """
+    s = steps.sort_values(["step", "rank"])
+    g = s.groupby("step", sort=True)["duration_ns"]
+    slow = s.loc[g.idxmax(), ["step", "rank", "duration_ns"]].set_index("step")
+    fast = s.loc[g.idxmin(), ["step", "rank", "duration_ns"]].set_index("step")
+    out = pd.DataFrame(
+        {
+            "slowest_rank": slow["rank"].astype("int64"),
+            "slowest_ns": slow["duration_ns"].astype("int64"),
+            "fastest_rank": fast["rank"].astype("int64"),
+            "fastest_ns": fast["duration_ns"].astype("int64"),
+        }
+    )
+    out["spread_ns"] = out["slowest_ns"] - out["fastest_ns"]
+    out["spread_frac"] = out["spread_ns"] / out["slowest_ns"].where(out["slowest_ns"] > 0)
+    return out.reset_index()
+
+
+def compare_variants(per_step: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per DDP variant from its ``summarize_steps`` table.
+
+    Args:
+        per_step: variant label -> summarize_steps output (rank, step, step_ns, comm_ns, ...).
+
+    Returns:
+        variant, ranks, steps, step_ns (median over steps of the slowest rank's step), comm_ns,
+        exposed_comm_ns, overlap_ns, compute_ns, idle_ns (each the mean per rank-step),
+        comm_hidden_frac (total overlap / total comm), exposed_comm_frac (exposed comm / step_ns).
+    """
+    rows = []
+    for variant, d in per_step.items():
+        slowest = d.groupby("step")["step_ns"].max()
+        comm = d["comm_ns"].sum()
+        rows.append(
+            {
+                "variant": variant,
+                "ranks": int(d["rank"].nunique()),
+                "steps": int(d["step"].nunique()),
+                "step_ns": int(slowest.median()),
+                "comm_ns": int(d["comm_ns"].mean()),
+                "exposed_comm_ns": int(d["exposed_comm_ns"].mean()),
+                "overlap_ns": int(d["overlap_ns"].mean()),
+                "compute_ns": int(d["compute_ns"].mean()),
+                "idle_ns": int(d["idle_ns"].mean()),
+                "comm_hidden_frac": d["overlap_ns"].sum() / comm if comm > 0 else np.nan,
+                "exposed_comm_frac": d["exposed_comm_ns"].mean() / slowest.median() if slowest.median() > 0 else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)
