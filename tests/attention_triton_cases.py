@@ -22,11 +22,12 @@ from workloads.flash_triton import FlashAttention2Triton, triton_forward  # noqa
 @pytest.mark.parametrize("seq", [16, 37, 80])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [16, 32])
-def test_triton_matches_reference_fp32(seq, causal, d):
+@pytest.mark.parametrize("atomic_dq", [False, True])
+def test_triton_matches_reference_fp32(seq, causal, d, atomic_dq):
     gen = torch.Generator().manual_seed(seq * 100 + d + causal)
     q, k, v = (torch.randn(2, seq, d, generator=gen, requires_grad=True) for _ in range(3))
     do = torch.randn(2, seq, d, generator=gen)
-    o = FlashAttention2Triton.apply(q, k, v, causal)
+    o = FlashAttention2Triton.apply(q, k, v, causal, atomic_dq)
     o.backward(do)
     _, lse = triton_forward(q.detach(), k.detach(), v.detach(), causal)
     ref = reference_attention(q, k, v, causal, do)

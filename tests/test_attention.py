@@ -81,7 +81,7 @@ def test_attention_step_runs_forward_and_backward_ranges():
     assert {"forward", "backward"} <= names
     with pytest.raises(ValueError, match="unknown attention impl"):
         attention_step("nope", 1, 1, 16, 16, torch.float32, False, "cpu")
-    assert set(IMPLS) == {"naive", "compiled", "flash_pytorch", "triton", "sdpa"}
+    assert set(IMPLS) == {"naive", "compiled", "flash_pytorch", "triton", "triton_atomic", "sdpa"}
 
 
 def test_flop_convention():

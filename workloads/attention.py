@@ -5,7 +5,8 @@
   model does; its three stages run in the NVTX ranges the course uses.
 - ``compiled``: ``torch.compile`` of ``naive``.
 - ``flash_pytorch``: tiled FlashAttention-2 in plain PyTorch (``flash_pytorch.py``).
-- ``triton``: FlashAttention-2 in Triton (``flash_triton.py``).
+- ``triton``: FlashAttention-2 in Triton (``flash_triton.py``), two-kernel backward.
+- ``triton_atomic``: the same with the one-kernel backward (dQ by fp32 atomics).
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch picks the backend).
 
 Every implementation takes ``(..., seq, d)`` tensors and ``causal``.
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 
 from workloads.common import nvtx_range, sync
 
-IMPLS = ("naive", "compiled", "flash_pytorch", "triton", "sdpa")
+IMPLS = ("naive", "compiled", "flash_pytorch", "triton", "triton_atomic", "sdpa")
 
 
 def _no_range(name: str) -> contextlib.AbstractContextManager:
@@ -76,6 +77,12 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     return FlashAttention2Triton.apply(q, k, v, causal)
 
 
+def attention_triton_atomic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+    from workloads.flash_triton import FlashAttention2Triton
+
+    return FlashAttention2Triton.apply(q, k, v, causal, True)
+
+
 def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
     """PyTorch's fused attention (flash / memory-efficient / cuDNN / math, its choice)."""
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -88,6 +95,7 @@ def get_impl(name: str) -> Callable:
         "compiled": attention_compiled,
         "flash_pytorch": attention_flash_pytorch,
         "triton": attention_triton,
+        "triton_atomic": attention_triton_atomic,
         "sdpa": attention_sdpa,
     }
     if name not in impls:

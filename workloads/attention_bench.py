@@ -157,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     t0 = time.perf_counter()
                     if args.check:
-                        row = check_case(impl, args.batch, args.heads, seq, d, dtype, args.causal)
+                        try:
+                            row = check_case(impl, args.batch, args.heads, seq, d, dtype, args.causal)
+                        except Exception as err:  # report and go on to the next case
+                            row = {"impl": impl, "seq": seq, "d_head": d, "dtype": dtype, "causal": args.causal,
+                                   "status": "error", "error": f"{type(err).__name__}: {str(err)[:300]}"}  # fmt: skip
                     else:
                         row = bench_case(
                             impl, args.batch, args.heads, seq, d, dtype, args.causal, args.warmup, args.rep
@@ -171,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _summary(row: dict) -> str:
     head = f"{row['impl']:>13} d={row['d_head']:<3} n={row['seq']:<6} {row['dtype']:<8} causal={row['causal']}"
+    if row.get("status") == "error":
+        return f"{head} error {row['error']}"
     if "rel_err_o" in row:
         return head + " " + " ".join(f"{k[8:]}={v:.1e}" for k, v in row.items() if k.startswith("rel_err"))
     if row.get("status") != "ok":

@@ -15,7 +15,9 @@ pays nothing).
 - Backward: ``D = rowsum(dO * O)`` in a small kernel, then two kernels with no
   race on dQ: one program per key tile accumulates dK, dV over query tiles;
   one program per query tile accumulates dQ over key tiles. Each gradient tile
-  has exactly one writer, so no atomics and results are deterministic.
+  has exactly one writer, so no atomics and results are deterministic. The
+  alternative (``atomic_dq=True``) adds dQ shares with fp32 atomics from the
+  dK/dV kernel instead, saving the recomputation of S and dP.
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton).
@@ -89,6 +91,9 @@ else:
         _cfg(64, 128, 8, 3),
         _cfg(64, 128, 4, 3),
         _cfg(32, 64, 4, 3),
+        _cfg(64, 64, 4, 3),
+        _cfg(32, 64, 4, 4),
+        _cfg(128, 128, 8, 2),
     ]
     DQ_CONFIGS = [
         _cfg(128, 32, 4, 4),
@@ -96,7 +101,10 @@ else:
         _cfg(128, 64, 8, 3),
         _cfg(128, 64, 4, 3),
         _cfg(64, 32, 4, 3),
+        _cfg(64, 64, 4, 3),
+        _cfg(128, 64, 4, 4),
     ]
+FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice the shared memory
 
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
@@ -108,7 +116,11 @@ def _prune(configs, named_args, **kwargs):
     n = named_args["N_CTX"]
     d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
     cap = max(16, triton.next_power_of_2(n))
+    if named_args["Q"].dtype == torch.float32 and not INTERPRET:
+        configs = FP32_CONFIGS
     kept = [c for c in configs if c.kwargs["BLOCK_M"] <= cap and c.kwargs["BLOCK_N"] <= cap]
+    if kwargs.get("ATOMIC_DQ"):  # fewer, larger query tiles: fewer atomics
+        kept = [c for c in kept if c.kwargs["BLOCK_M"] >= 64] or kept
     if d is not None and d >= 128:
         kept = [c for c in kept if not (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128 and c.num_warps < 8)]
     return kept or configs[-1:]
@@ -119,6 +131,7 @@ def _even(args):
 
 
 _KEY = ["N_CTX", "HEAD_DIM", "IS_CAUSAL"]
+_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "ATOMIC_DQ"]
 
 
 # ---------------------------------------------------------------- forward
@@ -221,8 +234,8 @@ def _bwd_delta_kernel(Out, DO, D, N_CTX, HEAD_DIM: tl.constexpr, BLOCK: tl.const
 
 @triton.jit
 def _dkdv_inner(
-    dk, dv, k, v, q_base, do_base, l_base, d_base, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr,
+    dk, dv, k, v, q_base, do_base, dq_base, l_base, d_base, offs_n, offs_d, lo, hi, N_CTX, qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -246,17 +259,28 @@ def _dkdv_inner(
         dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        if ATOMIC_DQ:
+            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
+            if EVEN:
+                tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
+            else:
+                tl.atomic_add(dq_base + row_off, dq, mask=offs_m[:, None] < N_CTX, sem="relaxed")
     return dk, dv
 
 
-@triton.autotune(configs=DKDV_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=DKDV_CONFIGS, key=_KEY_DKDV, prune_configs_by={"early_config_prune": _prune})
 @triton.heuristics({"EVEN": _even})
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, L, D, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+    Q, K, V, DO, DK, DV, DQ, L, D, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per key tile: dK, dV accumulated over the query tiles that see it."""
+    """One program per key tile: dK, dV accumulated over the query tiles that see it.
+
+    With ``ATOMIC_DQ`` it also adds each tile's dQ share into fp32 ``DQ`` with
+    atomics (no second pass over S and dP; more memory traffic).
+    """
     pid_n = tl.program_id(0)  # causal: early key tiles see the most queries, so they already run first
     off_bh = tl.program_id(1).to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
@@ -277,17 +301,17 @@ def _bwd_dkdv_kernel(
     if IS_CAUSAL:
         start = pid_n * BLOCK_N
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, lrow, drow, offs_n, offs_d, start, start + BLOCK_N, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_M, True, EVEN,
+            dk, dv, k, v, Q + base, DO + base, DQ + base, lrow, drow, offs_n, offs_d, start, start + BLOCK_N, N_CTX, qk_scale, sm_scale,
+            HEAD_DIM, BLOCK_M, True, EVEN, ATOMIC_DQ,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, lrow, drow, offs_n, offs_d, start + BLOCK_N, N_CTX, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_M, False, EVEN,
+            dk, dv, k, v, Q + base, DO + base, DQ + base, lrow, drow, offs_n, offs_d, start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale,
+            HEAD_DIM, BLOCK_M, False, EVEN, ATOMIC_DQ,
         )  # fmt: skip
     else:
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, lrow, drow, offs_n, offs_d, 0, N_CTX, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_M, False, EVEN,
+            dk, dv, k, v, Q + base, DO + base, DQ + base, lrow, drow, offs_n, offs_d, 0, N_CTX, N_CTX, qk_scale, sm_scale,
+            HEAD_DIM, BLOCK_M, False, EVEN, ATOMIC_DQ,
         )  # fmt: skip
     dk = dk * sm_scale
     if EVEN:
@@ -415,13 +439,15 @@ def _bwd_op(
     o: torch.Tensor,
     lse: torch.Tensor,
     is_causal: bool,
+    atomic_dq: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     bh, n, d = q.shape
     do = do.contiguous()
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
     _bwd_delta_kernel[(triton.cdiv(n, block), bh)](o, do, delta, n, HEAD_DIM=d, BLOCK=block)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else torch.empty_like(q)
     scale = 1.0 / math.sqrt(d)
 
     def grid_n(meta):
@@ -430,13 +456,17 @@ def _bwd_op(
     def grid_m(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]), bh)
 
-    _bwd_dkdv_kernel[grid_n](q, k, v, do, dk, dv, lse, delta, scale, n, HEAD_DIM=d, IS_CAUSAL=is_causal)
+    _bwd_dkdv_kernel[grid_n](
+        q, k, v, do, dk, dv, dq, lse, delta, scale, n, HEAD_DIM=d, IS_CAUSAL=is_causal, ATOMIC_DQ=atomic_dq
+    )
+    if atomic_dq:
+        return dq.to(q.dtype), dk, dv
     _bwd_dq_kernel[grid_m](q, k, v, do, dq, lse, delta, scale, n, HEAD_DIM=d, IS_CAUSAL=is_causal)
     return dq, dk, dv
 
 
 @_bwd_op.register_fake
-def _(do, q, k, v, o, lse, is_causal):
+def _(do, q, k, v, o, lse, is_causal, atomic_dq):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -454,24 +484,29 @@ def triton_forward(
 
 
 class FlashAttention2Triton(torch.autograd.Function):
-    """``FlashAttention2Triton.apply(q, k, v, is_causal=False)`` on ``(..., seq, d)`` tensors."""
+    """``FlashAttention2Triton.apply(q, k, v, is_causal=False, atomic_dq=False)`` on ``(..., seq, d)`` tensors.
+
+    ``atomic_dq`` picks the one-kernel backward (dQ by fp32 atomics) over the
+    two-kernel one; both are exact up to summation order.
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal=False):
+    def forward(ctx, q, k, v, is_causal=False, atomic_dq=False):
         _check(q, k, v)
         shape = q.shape
         q3, k3, v3 = _flat(q), _flat(k), _flat(v)
         o, lse = _fwd_op(q3, k3, v3, is_causal)
         ctx.save_for_backward(lse, q3, k3, v3, o)
         ctx.is_causal = is_causal
+        ctx.atomic_dq = atomic_dq
         ctx.shape = shape
         return o.view(shape)
 
     @staticmethod
     def backward(ctx, do):
         lse, q, k, v, o = ctx.saved_tensors
-        dq, dk, dv = _bwd_op(_flat(do), q, k, v, o, lse, ctx.is_causal)
-        return dq.view(ctx.shape), dk.view(ctx.shape), dv.view(ctx.shape), None
+        dq, dk, dv = _bwd_op(_flat(do), q, k, v, o, lse, ctx.is_causal, ctx.atomic_dq)
+        return dq.view(ctx.shape), dk.view(ctx.shape), dv.view(ctx.shape), None, None
 
 
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
