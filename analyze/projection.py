@@ -36,9 +36,11 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
             "launch_end_ns": runtime["end_ns"].to_numpy(),
         }
     )
+    right = right[right["cid"] >= 0]
     if (left["pid"] < 0).all():  # exports without a process id on GPU rows: join on correlation alone
-        right = right.assign(pid=-1)
-    right = right[right["cid"] >= 0].drop_duplicates(["pid", "cid"])
+        right = right.drop_duplicates("cid")
+        return left.drop(columns="pid").merge(right, on="cid", how="inner").drop(columns="cid")
+    right = right.drop_duplicates(["pid", "cid"])
     return left.merge(right, on=["pid", "cid"], how="inner").drop(columns="cid")
 
 

@@ -49,8 +49,8 @@ def discover(paths: list[str | Path]) -> list[Source]:
     """Every profile file named or found (recursively) under ``paths``, sorted per argument.
 
     A named file of unknown kind, or a missing path, is an InputError. Inside
-    directories, unknown files, metadata sidecars, SQLite exports that a cached
-    report export shadows, and JSON that is not a trace are skipped.
+    directories, unknown files, metadata sidecars, reports whose .sqlite export
+    sits beside them, and JSON that is not a trace are skipped.
     """
     found: list[Source] = []
     for raw in paths:
@@ -69,8 +69,8 @@ def discover(paths: list[str | Path]) -> list[Source]:
             kind = kind_of(sub)
             if kind is None or sub.name in METADATA_NAMES or sub.name.startswith("."):
                 continue
-            if kind == "nsys-sqlite" and any(sub.with_suffix(s).exists() for s in (".nsys-rep", ".qdrep")):
-                continue  # the cached export of a report that is listed itself
+            if kind == "nsys-report" and sub.with_suffix(".sqlite").exists():
+                continue  # already exported: read the .sqlite beside it (no nsys needed)
             if kind == "kineto" and not _is_trace_json(sub):
                 continue
             found.append(Source(sub, kind))

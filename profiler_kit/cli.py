@@ -7,6 +7,7 @@ with exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def cli():
 
 
 def progress(items, label: str):
-    """A progress bar on stderr (hidden when stderr is not a terminal)."""
+    """A progress bar on stderr; silent when stderr is not a terminal (logs, CI, pipes)."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext(items)
     return click.progressbar(items, label=label, file=sys.stderr, show_pos=True)
 
 
@@ -370,9 +373,10 @@ def _csv_list(cast):
 @click.option("--batch", type=click.IntRange(1), default=4, show_default=True)
 @click.option("--memory", is_flag=True, help="A CUDA memory snapshot per cell.")
 @click.option("--timeout", type=click.IntRange(1), default=1800, show_default=True, help="Seconds per cell.")
+@click.option("--resume", is_flag=True, help="Keep cells whose run.json already says ok or oom.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
 @click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs/sweep"), show_default=True)
-def sweep(sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, device, out_dir):
+def sweep(sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, resume, device, out_dir):
     """Record a grid of sizes x contexts x modes x precisions, one fresh process per cell.
 
     An OOM or crash in one cell is a row of results.jsonl / results.md, not the
@@ -390,7 +394,7 @@ def sweep(sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory,
         )
     except ValueError as err:
         raise click.BadParameter(str(err)) from None
-    rows = run_sweep(specs, backend, out_dir, memory, timeout, progress=lambda s: progress(s, "sweep"))
+    rows = run_sweep(specs, backend, out_dir, memory, timeout, progress=lambda s: progress(s, "sweep"), resume=resume)
     bad = sum(r["status"] != "ok" for r in rows)
     click.echo(f"{len(rows)} cells, {bad} not ok (OOM or error)", err=True)
     echo_written([out_dir / "results.jsonl", out_dir / "results.md"])

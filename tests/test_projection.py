@@ -1,0 +1,83 @@
+"""NVTX projection on tiny hand-built tables, case by case."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analyze.breakdown import summarize_phases, summarize_ranges
+from analyze.projection import project_nvtx, summarize_projection
+from analyze.tables import NVTX_RANGES, RUNTIME, validate
+
+
+def _ranges(rows):
+    cols = ["name", "start_ns", "end_ns", "tid", "end_tid", "style"]
+    df = pd.DataFrame(rows, columns=cols).assign(pid=1, domain="", depth=0)
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return validate(df, NVTX_RANGES)
+
+
+def _runtime(rows):
+    df = pd.DataFrame(rows, columns=["correlation_id", "start_ns", "end_ns", "tid"]).assign(
+        pid=1, name="cudaLaunchKernel"
+    )
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    return validate(df, RUNTIME)
+
+
+def _ops(rows):
+    df = pd.DataFrame(rows, columns=["correlation_id", "start_ns", "end_ns"]).assign(pid=1, device_id=0, stream_id=7)
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    df["name"] = "k"
+    df["category"] = "gemm"
+    df["is_kernel"] = True
+    return df
+
+
+RANGES = _ranges(
+    [
+        ("step", 0, 1000, 1, -1, "push_pop"),
+        ("forward", 10, 400, 1, -1, "push_pop"),
+        ("softmax", 100, 200, 1, -1, "push_pop"),
+        ("backward", 500, 900, 1, -1, "push_pop"),
+        ("handoff", 0, 1000, 1, 2, "start_end"),
+    ]
+)
+RUNTIME_ROWS = _runtime(
+    [
+        (1, 20, 30, 1),  # in step > forward
+        (2, 150, 160, 1),  # in step > forward > softmax
+        (3, 195, 205, 1),  # straddles softmax's end: forward only
+        (4, 600, 610, 2),  # other thread, during backward
+        (5, 950, 960, 1),  # in step only
+    ]
+)
+OPS = _ops([(1, 2000, 2100), (2, 2100, 2300), (3, 2300, 2400), (4, 2500, 2900), (5, 3000, 3050)])
+
+
+def test_every_enclosing_range_counts_the_kernel():
+    att = project_nvtx(RANGES, OPS, RUNTIME_ROWS)
+    by = att.groupby("range", observed=True)["correlation_id"].apply(set)
+    assert by["step"] == {1, 2, 3, 5}
+    assert by["forward"] == {1, 2, 3}
+    assert by["softmax"] == {2}
+    assert "backward" not in by  # its kernel was launched on another thread
+    assert "handoff" not in by  # closed on another thread: not projected, as nsys
+
+
+def test_projected_span_is_first_to_last_op():
+    att = project_nvtx(RANGES, OPS, RUNTIME_ROWS)
+    proj = summarize_projection(RANGES, att).set_index("range")
+    assert proj.loc["forward", "gpu_start_ns"] == 2000
+    assert proj.loc["forward", "gpu_duration_ns"] == 400
+    assert proj.loc["step", "gpu_duration_ns"] == 1050
+    assert proj.loc["step", "kernel_time_ns"] == 100 + 200 + 100 + 50
+
+
+def test_range_summary_and_window_view():
+    att = project_nvtx(RANGES, OPS, RUNTIME_ROWS)
+    summ = summarize_ranges(RANGES, att).set_index("range")
+    assert summ.loc["backward", "kernels"] == 0 and summ.loc["backward", "instances"] == 1
+    phases = summarize_phases(RANGES, OPS, RUNTIME_ROWS, att).set_index("range")
+    assert phases.loc["backward", "kernel_per_instance_ns"] == 0
+    assert phases.loc["backward", "window_kernel_per_instance_ns"] == 400
+    assert phases.loc["forward", "window_kernel_per_instance_ns"] == 400

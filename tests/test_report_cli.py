@@ -1,0 +1,130 @@
+"""The report command end to end: outputs, formats, errors, help and docs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES, ROOT, SHARED_DATA
+
+from profiler_kit.cli import cli
+
+CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
+KINETO_FIXTURE = FIXTURES / "kineto"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_report_md_and_html(tmp_path):
+    res = run("report", CPU_FIXTURE, KINETO_FIXTURE, "-o", tmp_path)
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "report.md").read_text()
+    assert "Comparison across traces" in md and "forward" in md
+    assert "no GPU kernels" in md  # the CPU export says it cannot answer GPU questions
+    html = (tmp_path / "report.html").read_text()
+    assert "Plotly.newPlot" in html and '<script src="http' not in html  # plotly.js embedded, opens offline
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_report_tables_as_data(tmp_path, fmt):
+    res = run("report", CPU_FIXTURE, "-o", tmp_path, "--format", fmt, "--no-html")
+    assert res.exit_code == 0, res.output
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files and all(f.endswith(f".{fmt}") for f in files)
+    ranges = next(p for p in tmp_path.iterdir() if p.name.endswith(f"_ranges.{fmt}"))
+    if fmt == "json":
+        rows = json.loads(ranges.read_text())["rows"]
+        step = next(r for r in rows if r["range"] == "step")
+        assert step["instances"] == 3 and isinstance(step["cpu_total_ns"], int)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "nsys_sqlite").is_dir(), reason="shared data absent")
+def test_report_on_shared_exports_names_top_kernel(tmp_path):
+    res = run("report", SHARED_DATA / "nsys_sqlite", "-o", tmp_path)
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "report.md").read_text()
+    assert "ampere_sgemm_128x64_tn" in md and "Comparison across traces" in md
+
+
+def test_kernels_and_nvtx_commands():
+    res = run("nvtx", CPU_FIXTURE, "--format", "csv")
+    assert res.exit_code == 0 and res.output.startswith("range,")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda tmp: tmp / "missing.sqlite",
+        lambda tmp: (tmp / "notes.txt", (tmp / "notes.txt").write_text("hi"))[0],
+        lambda tmp: (tmp / "bad.sqlite", (tmp / "bad.sqlite").write_bytes(b"junk" * 100))[0],
+        lambda tmp: (tmp / "empty", (tmp / "empty").mkdir())[0],
+        lambda tmp: (tmp / "t.json", (tmp / "t.json").write_text('{"traceEvents": ['))[0],
+    ],
+    ids=["missing", "unknown_type", "not_sqlite", "empty_dir", "truncated_json"],
+)
+def test_bad_input_exit_2_one_line_nothing_written(tmp_path, make):
+    src = make(tmp_path)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["report", str(src), "-o", str(out)])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), res.output
+    assert "Traceback" not in res.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_nsys_rep_without_nsys_says_what_to_run(tmp_path, monkeypatch):
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"NVIDIA Tegra Profiler Report 1.\n" + b"\0" * 64 + b"2025.1.1.110-123456789abc\n")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = CliRunner().invoke(cli, ["report", str(rep), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert (
+        "no nsys is installed" in res.output
+        and "nsys export --type sqlite" in res.output
+        and "2025.1.1.110" in res.output
+    )
+
+
+def test_nsys_rep_newer_than_installed_nsys(tmp_path, monkeypatch):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nsys").write_text("#!/bin/sh\necho 'NVIDIA Nsight Systems version 2022.4.2.1-df9881f'\n")
+    (fake / "nsys").chmod(0o755)
+    rep = tmp_path / "new.nsys-rep"
+    rep.write_bytes(b"NVIDIA Tegra Profiler Report 1.\n" + b"2026.3.1.157-abcdef0\n")
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    res = CliRunner().invoke(cli, ["report", str(rep), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "made by nsys 2026.3.1.157" in res.output and "2022.4.2.1" in res.output
+
+
+def _commands(group, prefix=()):
+    for name, cmd in group.commands.items():
+        yield (*prefix, name), cmd
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*prefix, name))
+
+
+@pytest.mark.parametrize("path, cmd", list(_commands(cli)), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_every_command_has_help_with_example_and_is_documented(path, cmd):
+    res = run(*path, "--help")
+    assert res.exit_code == 0 and len(cmd.help or "") > 40
+    assert "Example" in res.output or "example" in res.output
+    readme = (ROOT / "README.md").read_text()
+    assert f"profiler-kit {' '.join(path)}" in readme
+
+
+def test_python_dash_m_entry_point():
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "profiler_kit", "--help"], capture_output=True, text=True, cwd=Path(ROOT)
+    )
+    assert out.returncode == 0 and "report" in out.stdout
