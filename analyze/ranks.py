@@ -258,3 +258,65 @@ def compare_variants(per_step: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def summarize_all_reduce(rows: pd.DataFrame) -> pd.DataFrame:
+    """All-reduce benchmark rows (workloads.distributed JSONL) as a table sorted by backend, world size, size.
+
+    Returns:
+        backend, world_size, size_bytes, time_ns (median per op, slowest rank), algbw_gb_per_s
+        (size / time, 1e9 bytes), busbw_gb_per_s (algbw * 2(n-1)/n), iters, device.
+    """
+    r = rows.sort_values(["backend", "world_size", "size_bytes"]).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "backend": r["backend"],
+            "world_size": r["world_size"].astype("int64"),
+            "size_bytes": r["size_bytes"].astype("int64"),
+            "time_ns": (r["time_s_median"] * 1e9).round().astype("int64"),
+            "algbw_gb_per_s": r["algbw_bytes_per_s"] / 1e9,
+            "busbw_gb_per_s": r["busbw_bytes_per_s"] / 1e9,
+            "iters": r["iters"].astype("int64"),
+            "device": r["device"],
+        }
+    )
+
+
+def summarize_ddp_steps(rows: pd.DataFrame) -> pd.DataFrame:
+    """DDP step times per variant (workloads.ddp_train JSONL), next to torch DDP from the same run.
+
+    Args:
+        rows: label, variant, bucket_mb, world_size, step_s (list of per-step seconds, slowest rank).
+
+    Returns:
+        label, variant, bucket_mb, world_size, steps, step_ns (median), step_min_ns,
+        torch_ddp_bucket_mb and torch_ddp_ns (median of every torch-DDP step in ``rows`` with the
+        same bucket size, else with 25 MiB),
+        vs_torch_ddp_frac (step_ns / torch_ddp_ns - 1; negative = faster than torch DDP).
+        A label that appears twice (torch DDP run first and last) gets one row per run.
+    """
+    torch_rows = rows[rows["variant"] == "torch"]
+    pooled = {mb: np.concatenate(g["step_s"].map(np.asarray).to_list()) for mb, g in torch_rows.groupby("bucket_mb")}
+    out = []
+    for r in rows.itertuples(index=False):
+        steps = np.asarray(r.step_s, dtype=float)
+        bucket = r.bucket_mb if r.variant in ("bucketed", "torch") else None
+        ref_mb = bucket if bucket in pooled else 25.0
+        ref = pooled.get(ref_mb)
+        ref_ns = int(round(np.median(ref) * 1e9)) if ref is not None else None
+        step_ns = int(round(np.median(steps) * 1e9))
+        out.append(
+            {
+                "label": r.label,
+                "variant": r.variant,
+                "bucket_mb": bucket,
+                "world_size": int(r.world_size),
+                "steps": len(steps),
+                "step_ns": step_ns,
+                "step_min_ns": int(round(steps.min() * 1e9)),
+                "torch_ddp_bucket_mb": ref_mb if ref is not None else None,
+                "torch_ddp_ns": ref_ns,
+                "vs_torch_ddp_frac": step_ns / ref_ns - 1 if ref_ns else np.nan,
+            }
+        )
+    return pd.DataFrame(out)

@@ -398,3 +398,26 @@ def sweep(sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory,
     bad = sum(r["status"] != "ok" for r in rows)
     click.echo(f"{len(rows)} cells, {bad} not ok (OOM or error)", err=True)
     echo_written([out_dir / "results.jsonl", out_dir / "results.md"])
+
+
+@cli.command("ddp-report")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@output_options("report")
+def ddp_report(folder, out_dir, fmt, no_html, top, stem):
+    """Distributed results: all-reduce bandwidth, DDP step time per variant, cross-rank GPU time.
+
+    FOLDER holds allreduce_*.jsonl (python -m workloads.distributed), ddp_*.jsonl
+    (python -m workloads.ddp_train) and per-rank traces <label>_rank<r>.json.gz
+    (profiler-kit record ddp, in any subfolder); multi-rank nsys exports (.sqlite)
+    are read too. Per rank: communication (NCCL) vs compute vs idle GPU time and
+    the share of communication hidden under compute; slowest rank per step; one
+    comparison row per traced variant. --top is unused here.
+
+    Example: profiler-kit ddp-report reports/ddp -o reports/ddp
+    """
+    from profiler_kit.build_ddp import build_ddp_report, load_ddp_inputs
+    from profiler_kit.output import render_report_files, write_files
+
+    rep = build_ddp_report(load_ddp_inputs(folder))
+    files = render_report_files(rep, stem, fmt, html=not no_html)
+    echo_written(write_files(out_dir or folder, files))

@@ -191,3 +191,42 @@ def test_kineto_xl_traces_per_rank():
         assert out.loc[r, "comm_kernels"] == n
         assert abs(out.loc[r, "comm_kernel_sum_ns"] - sum(durs) * 1000) <= n  # us floats -> int ns, 1 ns each
     assert (out["comm_hidden_frac"] > 0).all()  # bucketed DDP overlaps all-reduce with backward
+
+
+def test_ddp_report_cli_bad_folder(tmp_path):
+    from click.testing import CliRunner
+
+    from profiler_kit.cli import cli
+
+    res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path)])
+    assert res.exit_code == 2 and "no allreduce_" in res.output
+    (tmp_path / "allreduce_x.jsonl").write_text('{"backend": "gloo"\n')
+    res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path)])
+    assert res.exit_code == 2 and "not JSON" in res.output
+
+
+def test_ddp_report_from_jsonl(tmp_path):
+    from click.testing import CliRunner
+
+    from profiler_kit.cli import cli
+
+    ar = {"backend": "gloo", "world_size": 4, "size_bytes": 2**20, "time_s_median": 0.002, "iters": 3, "device": "cpu"}
+    ar |= {"algbw_bytes_per_s": 2**20 / 0.002, "busbw_bytes_per_s": 1.5 * 2**20 / 0.002}
+    (tmp_path / "allreduce_gloo.jsonl").write_text(json.dumps(ar) + "\n")
+    base = {"world_size": 2, "size": "xl", "ctx": 128, "batch_per_rank": 4, "backend": "nccl", "device": "H200"}
+    base |= {"warmup": 3, "steps": 3}
+    rows = [
+        base | {"label": "torch25mb", "variant": "torch", "bucket_mb": 25.0, "step_s": [0.10, 0.12, 0.11]},
+        base | {"label": "bucketed25mb", "variant": "bucketed", "bucket_mb": 25.0, "step_s": [0.104, 0.105, 0.2]},
+        base | {"label": "naive", "variant": "naive", "bucket_mb": None, "step_s": [0.2, 0.2, 0.2]},
+    ]
+    (tmp_path / "ddp_xl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path), "-o", str(tmp_path / "out"), "--no-html"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "bucketed25mb: median step 105.0 ms vs torch DDP (25 MiB buckets) 110.0 ms: -4.5%, within 5%." in md
+    assert "| gloo      |            4 |" in md
+    res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path), "-o", str(tmp_path / "csv"), "--format", "csv"])
+    steps = pd.read_csv(next((tmp_path / "csv").glob("*step_time*.csv"))).set_index("label")
+    assert steps.loc["naive", "vs_torch_ddp_frac"] == pytest.approx(0.2 / 0.11 - 1)
+    assert steps.loc["naive", "step_ns"] == 200_000_000

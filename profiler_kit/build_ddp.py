@@ -1,0 +1,177 @@
+"""Distributed results -> Report: all-reduce bandwidth, DDP step times, cross-rank trace analyses.
+
+Inputs live in one folder (what ``reports/ddp/run_gpu.sh`` and ``run_gloo.sh``
+leave): ``allreduce_*.jsonl`` (workloads.distributed), ``ddp_*.jsonl``
+(workloads.ddp_train timings) and per-rank traces ``<label>_rank<r>.json.gz``
+in any subfolder; multi-rank nsys exports (``*.sqlite``, one process per rank)
+are analysed too, each as one variant named after the file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analyze.errors import InputError
+from analyze.ranks import (
+    compare_variants,
+    concat_ranks,
+    slowest_rank_per_step,
+    step_ranges,
+    summarize_all_reduce,
+    summarize_ddp_steps,
+    summarize_rank_time,
+    summarize_steps,
+    with_ranks,
+)
+from analyze.results import read_jsonl
+from analyze.tables import Trace
+from profiler_kit.report import Figure, Report, Section, Table
+
+RANK_FILE = re.compile(r"^(?P<label>.+)_rank(?P<rank>\d+)\.json(\.gz)?$")
+
+
+@dataclass
+class DdpInputs:
+    """What a results folder holds, read: benchmark rows and, per variant, its kernels and step ranges."""
+
+    allreduce: pd.DataFrame | None = None
+    ddp: pd.DataFrame | None = None
+    kernels: dict[str, pd.DataFrame] = field(default_factory=dict)  # label -> kernels with rank, category
+    steps: dict[str, pd.DataFrame] = field(default_factory=dict)  # label -> rank, step, start_ns, end_ns, ...
+
+
+def _classify(trace: Trace) -> pd.DataFrame:
+    from analyze.taxonomy import classify_kernels
+
+    return classify_kernels(trace.kernels)
+
+
+def load_ddp_inputs(folder: Path) -> DdpInputs:
+    """Read every result file under ``folder``; InputError when there is none."""
+    from analyze.kineto import read_kineto
+    from analyze.nsys_sqlite import read_nsys_sqlite
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: not a folder")
+    out = DdpInputs()
+    ar = sorted(folder.rglob("allreduce_*.jsonl"))
+    if ar:
+        out.allreduce = pd.concat([read_jsonl(p) for p in ar], ignore_index=True)
+    ddp = sorted(folder.glob("ddp_*.jsonl"))
+    if ddp:
+        out.ddp = pd.concat([read_jsonl(p) for p in ddp], ignore_index=True)
+    per_rank: dict[str, dict[int, Path]] = {}
+    for p in sorted(folder.rglob("*_rank*.json*")):
+        m = RANK_FILE.match(p.name)
+        if m:
+            per_rank.setdefault(m["label"], {})[int(m["rank"])] = p
+    for label, files in sorted(per_rank.items()):
+        traces = [read_kineto(files[r]) for r in sorted(files)]
+        out.kernels[label] = concat_ranks([_classify(t) for t in traces])
+        nvtx = pd.concat([t.nvtx.assign(rank=r) for r, t in zip(sorted(files), traces, strict=True)])
+        out.steps[label] = step_ranges(nvtx)
+    for p in sorted(folder.rglob("*.sqlite")):
+        trace = read_nsys_sqlite(p)
+        k = with_ranks(_classify(trace))
+        out.kernels[p.stem] = k
+        out.steps[p.stem] = step_ranges(trace.nvtx, k)
+    if out.allreduce is None and out.ddp is None and not out.kernels:
+        raise InputError(f"{folder}: no allreduce_*.jsonl, ddp_*.jsonl, *_rank<r>.json.gz or .sqlite files")
+    return out
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _ddp_findings(steps: pd.DataFrame) -> list[str]:
+    text = []
+    for _, r in steps[steps["variant"] == "bucketed"].iterrows():
+        verdict = "within" if abs(r["vs_torch_ddp_frac"]) <= 0.05 else "outside"
+        text.append(
+            f"{r['label']}: median step {_ms(r['step_ns'])} vs torch DDP ({r['torch_ddp_bucket_mb']:g} MiB buckets) "
+            f"{_ms(r['torch_ddp_ns'])}: {r['vs_torch_ddp_frac']:+.1%}, {verdict} 5%."
+        )
+    return text
+
+
+def build_ddp_report(inputs: DdpInputs) -> Report:
+    """The distributed report: one section per kind of input present."""
+    rep = Report(title="Distributed training: collectives, DDP variants, cross-rank time")
+    if inputs.allreduce is not None:
+        t = summarize_all_reduce(inputs.allreduce)
+        sec = Section(
+            "All-reduce bandwidth",
+            text=[
+                "float32 all-reduce, 5 warm-ups at the same size, then each op timed between a barrier + device "
+                "sync and a device sync; time is the median over ops of the slowest rank. "
+                "busbw = algbw * 2(n-1)/n (NCCL-tests' definition). Sizes in MiB."
+            ],
+            tables=[Table("All-reduce time and bandwidth", t)],
+            figures=[
+                Figure(
+                    "Bus bandwidth by size",
+                    t.assign(series=t["backend"] + " n=" + t["world_size"].astype(str)),
+                    kind="line",
+                    x="size_bytes",
+                    y="busbw_gb_per_s",
+                    color="series",
+                )
+            ],
+        )
+        rep.sections.append(sec)
+    if inputs.ddp is not None:
+        s = summarize_ddp_steps(inputs.ddp)
+        first = inputs.ddp.iloc[0]
+        rep.sections.append(
+            Section(
+                "DDP step time by variant",
+                text=[
+                    f"Model {first['size']}, ctx {first['ctx']}, batch {first['batch_per_rank']} per rank, "
+                    f"{first['world_size']} ranks ({first['backend']}, {first['device']}); "
+                    f"{first['warmup']} warm-up then {first['steps']} timed steps per variant, all in one launch; "
+                    "a step's time is the slowest rank's (host clock, device sync at step end). torch DDP rows "
+                    "that appear twice ran first and last: their spread is the run-to-run noise.",
+                    *_ddp_findings(s),
+                ],
+                tables=[Table("Step time per variant", s)],
+                figures=[Figure("Median step time", s, kind="bar", x="label", y="step_ns")],
+            )
+        )
+    if inputs.kernels:
+        per_step = {}
+        sec = Section(
+            "Cross-rank GPU time",
+            text=[
+                "From the per-rank traces: GPU time in communication (NCCL) kernels, compute kernels and idle, as "
+                "interval unions per rank. Hidden communication = communication time during which a compute "
+                "kernel runs on the same GPU. A NCCL kernel also counts the time it waits for a late peer. "
+                "Traced runs are slower than the timed ones above (profiler overhead)."
+            ],
+        )
+        for label, k in inputs.kernels.items():
+            sub = Section(label, tables=[Table(f"{label}: per rank", summarize_rank_time(k), key=f"{label}_ranks")])
+            steps = inputs.steps.get(label)
+            if steps is not None and not steps.empty:
+                per_step[label] = summarize_steps(k, steps)
+                sub.tables.append(
+                    Table(f"{label}: slowest rank per step", slowest_rank_per_step(steps), key=f"{label}_slowest")
+                )
+            else:
+                sub.text.append("No 'step' ranges in this trace: per-step tables need them.")
+            sec.sections.append(sub)
+        if per_step:
+            sec.tables.append(
+                Table(
+                    "Variant comparison (traced steps)",
+                    compare_variants(per_step),
+                    note="Per rank-step means; step_ns is the median over steps of the slowest rank.",
+                )
+            )
+        rep.sections.append(sec)
+    return rep
