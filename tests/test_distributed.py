@@ -88,10 +88,14 @@ def test_ddp_command_is_torchrun():
 
 
 def test_record_ddp_one_trace_per_rank(tmp_path):
-    traces = record_ddp("bucketed", 0.5, 2, "tiny", 16, tmp_path, device="cpu", warmup=1, steps=1)
+    traces = record_ddp("bucketed", 0.5, 2, "tiny", 16, tmp_path, device="cpu", warmup=1, steps=1, sharded=True)
     assert traces == [tmp_path / "bucketed0.5mb_rank0.json.gz", tmp_path / "bucketed0.5mb_rank1.json.gz"]
     assert all(t.stat().st_size > 0 for t in traces)
-    assert json.loads((tmp_path / "ddp.jsonl").read_text())["variant"] == "bucketed"
+    row = json.loads((tmp_path / "ddp.jsonl").read_text())
+    assert row["variant"] == "bucketed" and row["sharded_optimizer"] is True
+    assert (
+        0 < row["optimizer_state_bytes_rank0"] < 0.75 * 2 * 4 * row["params"]
+    )  # rank 0 holds about half of AdamW's 2 moments
 
 
 def test_record_ddp_failure_raises(tmp_path):
