@@ -23,7 +23,7 @@ from analyze.ranks import (
     summarize_steps,
     union_length,
 )
-from tests.conftest import ROOT, SHARED_DATA
+from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys
 
 DDP_SQLITE = SHARED_DATA / "nsys_sqlite" / "lizhieffe__assignment2-systems__ddp53_profile.sqlite"
 XL_TRACES = ROOT / "reports" / "ddp" / "trace_xl"
@@ -168,6 +168,30 @@ def test_through_project_reader_and_taxonomy():
         assert out.loc[dev, "comm_kernels"] == n
         assert out.loc[dev, "comm_kernel_sum_ns"] == total
     assert sorted(rank_of_pid(k).values()) == [0, 1]
+
+
+def _check_against_nsys_reference(ref: pd.DataFrame) -> None:
+    out = summarize_rank_time(_sql_kernels(DDP_SQLITE)).set_index("device_id")
+    assert len(ref) == 2
+    for r in ref.itertuples(index=False):
+        assert out.loc[r.device_id, "comm_kernels"] == r.nccl_kernels
+        assert out.loc[r.device_id, "comm_kernel_sum_ns"] == r.nccl_total_ns
+
+
+@needs_ddp_export
+def test_nccl_totals_per_rank_match_committed_nsys_stats():
+    _check_against_nsys_reference(pd.read_csv(FIXTURES / "ddp" / "ref_nccl_per_device.csv"))
+
+
+@needs_ddp_export
+@requires_nsys
+def test_nccl_totals_per_rank_match_nsys_stats_now():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_ref", FIXTURES / "ddp" / "make_ref.py")
+    make_ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_ref)
+    _check_against_nsys_reference(pd.DataFrame(make_ref.nccl_per_device(DDP_SQLITE)))
 
 
 def _kineto_nccl_ns(path: Path) -> tuple[int, int]:
