@@ -105,7 +105,12 @@ def _times(k: pd.DataFrame, comm: pd.DataFrame, comp: pd.DataFrame, span: tuple[
     }
 
 
-def _fractions(df: pd.DataFrame) -> pd.DataFrame:
+TIME_COLUMNS = ("span_ns", "busy_ns", "idle_ns", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns")
+
+
+def _fractions(df: pd.DataFrame, keys: tuple[str, ...]) -> pd.DataFrame:
+    if df.empty:  # no kernels (a CPU-only run): the columns, no rows
+        df = pd.DataFrame(columns=[*keys, *TIME_COLUMNS], dtype="int64")
     span = df["span_ns"].where(df["span_ns"] > 0)
     comm = df["comm_ns"].where(df["comm_ns"] > 0)
     return df.assign(
@@ -148,7 +153,8 @@ def summarize_rank_time(kernels: pd.DataFrame) -> pd.DataFrame:
                 **_times(g, comm, comp),
             }
         )
-    return _fractions(pd.DataFrame(rows))
+    keys = ("rank", "pid", "device_id", "kernels", "comm_kernels", "comm_kernel_sum_ns", "compute_kernel_sum_ns")
+    return _fractions(pd.DataFrame(rows), keys)
 
 
 def step_ranges(nvtx: pd.DataFrame, kernels: pd.DataFrame | None = None, name: str = "step") -> pd.DataFrame:
@@ -197,7 +203,7 @@ def summarize_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                 {"rank": int(rank), "step": int(st.step), "step_ns": int(st.end_ns - st.start_ns)}
                 | _times(w, comm, comp, span=(int(st.start_ns), int(st.end_ns)))
             )
-    return _fractions(pd.DataFrame(rows))
+    return _fractions(pd.DataFrame(rows), ("rank", "step", "step_ns"))
 
 
 def slowest_rank_per_step(steps: pd.DataFrame) -> pd.DataFrame:

@@ -1,8 +1,8 @@
 """Distributed results -> Report: all-reduce bandwidth, DDP step times, cross-rank trace analyses.
 
 Inputs live in one folder (what ``reports/ddp/run_gpu.sh`` and ``run_gloo.sh``
-leave): ``allreduce_*.jsonl`` (workloads.distributed), ``ddp_*.jsonl``
-(workloads.ddp_train timings) and per-rank traces ``<label>_rank<r>.json.gz``
+leave): ``allreduce_*.jsonl`` (workloads.distributed), ``ddp_*.jsonl`` and
+``ddp.jsonl`` (workloads.ddp_train timings; record_ddp writes the latter) and per-rank traces ``<label>_rank<r>.json.gz``
 in any subfolder; multi-rank nsys exports (``*.sqlite``, one process per rank)
 are analysed too, each as one variant named after the file.
 """
@@ -62,7 +62,7 @@ def load_ddp_inputs(folder: Path) -> DdpInputs:
     ar = sorted(folder.rglob("allreduce_*.jsonl"))
     if ar:
         out.allreduce = pd.concat([read_jsonl(p) for p in ar], ignore_index=True)
-    ddp = sorted(folder.glob("ddp_*.jsonl"))
+    ddp = sorted({*folder.rglob("ddp_*.jsonl"), *folder.rglob("ddp.jsonl")})
     if ddp:
         out.ddp = pd.concat([read_jsonl(p) for p in ddp], ignore_index=True)
     per_rank: dict[str, dict[int, Path]] = {}
@@ -126,8 +126,15 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
         )
         rep.sections.append(sec)
     if inputs.ddp is not None:
-        s = summarize_ddp_steps(inputs.ddp)
-        first = inputs.ddp.iloc[0]
+        rows, timing_note = inputs.ddp, "Steps timed without a profiler."
+        profiled = rows["profiled"].fillna(False).astype(bool) if "profiled" in rows else pd.Series(False, rows.index)
+        if profiled.all():
+            timing_note = "All these steps ran under torch.profiler: its overhead is in the times."
+        elif profiled.any():
+            rows = rows[~profiled]
+            timing_note = f"{int(profiled.sum())} runs timed under torch.profiler are left out of this table."
+        s = summarize_ddp_steps(rows)
+        first = rows.iloc[0]
         rep.sections.append(
             Section(
                 "DDP step time by variant",
@@ -136,7 +143,7 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
                     f"{first['world_size']} ranks ({first['backend']}, {first['device']}); "
                     f"{first['warmup']} warm-up then {first['steps']} timed steps per variant, all in one launch; "
                     "a step's time is the slowest rank's (host clock, device sync at step end). torch DDP rows "
-                    "that appear twice ran first and last: their spread is the run-to-run noise.",
+                    "that appear twice ran first and last: their spread is the run-to-run noise. " + timing_note,
                     *_ddp_findings(s),
                 ],
                 tables=[Table("Step time per variant", s)],
@@ -155,6 +162,11 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
             ],
         )
         for label, k in inputs.kernels.items():
+            if k.empty:
+                sec.sections.append(
+                    Section(label, text=["No GPU kernels in these traces (a CPU run): nothing to split."])
+                )
+                continue
             sub = Section(label, tables=[Table(f"{label}: per rank", summarize_rank_time(k), key=f"{label}_ranks")])
             steps = inputs.steps.get(label)
             if steps is not None and not steps.empty:

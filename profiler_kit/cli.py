@@ -407,7 +407,7 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     """Distributed results: all-reduce bandwidth, DDP step time per variant, cross-rank GPU time.
 
     FOLDER holds allreduce_*.jsonl (python -m workloads.distributed), ddp_*.jsonl
-    (python -m workloads.ddp_train) and per-rank traces <label>_rank<r>.json.gz
+    or ddp.jsonl (python -m workloads.ddp_train) and per-rank traces <label>_rank<r>.json.gz
     (profiler-kit record ddp, in any subfolder); multi-rank nsys exports (.sqlite)
     are read too. Per rank: communication (NCCL) vs compute vs idle GPU time and
     the share of communication hidden under compute; slowest rank per step; one

@@ -254,3 +254,12 @@ def test_ddp_report_from_jsonl(tmp_path):
     steps = pd.read_csv(next((tmp_path / "csv").glob("*step_time*.csv"))).set_index("label")
     assert steps.loc["naive", "vs_torch_ddp_frac"] == pytest.approx(0.2 / 0.11 - 1)
     assert steps.loc["naive", "step_ns"] == 200_000_000
+
+
+def test_no_kernels_gives_empty_tables():
+    empty = kernels([]).astype({"start_ns": "int64", "end_ns": "int64"})
+    out = summarize_rank_time(empty)
+    assert out.empty and {"rank", "comm_ns", "comm_hidden_frac"} <= set(out.columns)
+    steps = pd.DataFrame({"rank": [0], "step": [0], "start_ns": [0], "end_ns": [10], "duration_ns": [10]})
+    per = summarize_steps(empty, steps)
+    assert per.loc[0, "idle_ns"] == 10 and per.loc[0, "comm_ns"] == 0
