@@ -104,37 +104,55 @@ def _block_sizes(
     large = (events["action"].to_numpy() == "alloc") & (rounded > KSMALL_SIZE)
     if expandable or not large.any():
         return out, 0
-    live = sorted(initial_live)
     seg_starts = sorted(initial_segs)
     seg_size = dict(initial_segs)
+    seg_live: dict[int, list[int]] = {start: [] for start in seg_starts}  # live block starts per segment
+
+    def segment_of(addr: int) -> int | None:
+        j = bisect.bisect_right(seg_starts, addr) - 1
+        return seg_starts[j] if j >= 0 and addr < seg_starts[j] + seg_size[seg_starts[j]] else None
+
+    for addr in initial_live:
+        seg = segment_of(addr)
+        if seg is not None:
+            bisect.insort(seg_live[seg], addr)
     unknown = 0
-    actions = events["action"].astype(str).tolist()
-    addrs = events["addr"].tolist()
-    sizes = events["size_bytes"].tolist()
-    for i, (action, addr) in enumerate(zip(actions, addrs, strict=True)):
+    action_arr = events["action"].astype(str).to_numpy()
+    # small-pool blocks sit in small-pool segments, so they never bound a large block: skip their events
+    keep = np.flatnonzero(
+        large
+        | ((action_arr == "free_completed") & (rounded > KSMALL_SIZE))
+        | np.isin(action_arr, ["segment_alloc", "segment_free"])
+    )
+    actions = action_arr[keep].tolist()
+    addrs = events["addr"].to_numpy()[keep].tolist()
+    sizes = events["size_bytes"].to_numpy()[keep].tolist()
+    for i, action, addr, size in zip(keep.tolist(), actions, addrs, sizes, strict=True):
         if action == "alloc":
-            if large[i]:
-                j = bisect.bisect_right(seg_starts, addr) - 1
-                if j < 0 or addr >= seg_starts[j] + seg_size[seg_starts[j]]:
-                    unknown += 1
-                else:
-                    end = seg_starts[j] + seg_size[seg_starts[j]]
-                    k = bisect.bisect_right(live, addr)
-                    if k < len(live) and live[k] < end:
-                        end = live[k]
-                    if end - addr - rounded[i] <= KSMALL_SIZE:
-                        out[i] = end - addr
-            bisect.insort(live, addr)
+            seg = segment_of(addr)
+            if seg is None:
+                unknown += 1
+                continue
+            live = seg_live[seg]
+            k = bisect.bisect_right(live, addr)
+            end = live[k] if k < len(live) else seg + seg_size[seg]
+            if end - addr - rounded[i] <= KSMALL_SIZE:
+                out[i] = end - addr
+            live.insert(k, addr)
         elif action == "free_completed":
-            k = bisect.bisect_left(live, addr)
-            if k < len(live) and live[k] == addr:
-                del live[k]
+            seg = segment_of(addr)
+            live = seg_live.get(seg) if seg is not None else None
+            if live:
+                k = bisect.bisect_left(live, addr)
+                if k < len(live) and live[k] == addr:
+                    del live[k]
         elif action == "segment_alloc":
             bisect.insort(seg_starts, addr)
-            seg_size[addr] = sizes[i]
+            seg_size[addr] = size
+            seg_live[addr] = []
         elif action == "segment_free" and addr in seg_size:
             seg_starts.remove(addr)
-            del seg_size[addr]
+            del seg_size[addr], seg_live[addr]
     return out, unknown
 
 
@@ -284,6 +302,19 @@ def classify_allocations(allocs: pd.DataFrame, stacks: pd.DataFrame) -> pd.DataF
     return out
 
 
+def _levels(a_seq: np.ndarray, f_seq: np.ndarray, sizes: np.ndarray, seq0: int, n: int) -> np.ndarray:
+    """Live bytes after each of ``n`` events: blocks from before the trace (a_seq < 0) plus a cumulative sum.
+
+    An event allocates or frees at most one block, so the scatter indices are unique.
+    """
+    delta = np.zeros(n, dtype=np.int64)
+    before = a_seq < 0
+    delta[a_seq[~before] - seq0] += sizes[~before]
+    freed = f_seq != NEVER
+    delta[f_seq[freed] - seq0] -= sizes[freed]
+    return int(sizes[before].sum()) + np.cumsum(delta)
+
+
 def summarize_timeline(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     """Allocated, requested and reserved bytes after every event.
 
@@ -303,12 +334,7 @@ def summarize_timeline(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.
         ("allocated_bytes", allocs["size_bytes"].to_numpy()),
         ("requested_bytes", allocs["requested_bytes"].to_numpy()),
     ):
-        delta = np.zeros(n + 1, dtype=np.int64)
-        before = a_seq < 0
-        np.add.at(delta, np.where(before, 0, a_seq - seq0 + 1), sizes)
-        freed = f_seq != NEVER
-        np.add.at(delta, f_seq[freed] - seq0 + 1, -sizes[freed])
-        out[col] = np.cumsum(delta)[1:]
+        out[col] = _levels(a_seq, f_seq, sizes, seq0, n)
     action = ev["action"].astype(str).to_numpy()
     size = ev["size_bytes"].to_numpy()
     sign = np.select(
@@ -440,12 +466,7 @@ def timeline_by(
         sub = allocs[labels == name]
         if sub.empty:
             continue
-        delta = np.zeros(n + 1, dtype=np.int64)
-        a, f, s = sub["alloc_seq"].to_numpy(), sub["free_seq"].to_numpy(), sub["size_bytes"].to_numpy()
-        np.add.at(delta, np.where(a < 0, 0, a - seq0 + 1), s)
-        freed = f != NEVER
-        np.add.at(delta, f[freed] - seq0 + 1, -s[freed])
-        level = np.cumsum(delta)[1:]
+        level = _levels(sub["alloc_seq"].to_numpy(), sub["free_seq"].to_numpy(), sub["size_bytes"].to_numpy(), seq0, n)
         parts.append(pd.DataFrame({"event": idx, "time_ns": t_rel[idx], key: name, "allocated_bytes": level[idx]}))
     return pd.concat(parts, ignore_index=True)
 

@@ -147,10 +147,14 @@ def load_snapshot_dict(path: Path) -> dict:
 
 
 class _Stacks:
-    """Interns frame lists into stack ids; identical frame objects are looked up by id first."""
+    """Interns frame lists into stack ids: by list identity, then by the identities of its frames, then by content.
+
+    Ids are only compared while ``_keep`` holds the lists (and so their frames) alive.
+    """
 
     def __init__(self):
         self.by_obj: dict[int, int] = {}
+        self.by_ids: dict[tuple, int] = {}
         self.by_content: dict[tuple, int] = {}
         self.rows: list[tuple[int, str, str]] = []
         self._keep: list = []  # keeps interned lists alive so their ids stay unique
@@ -161,6 +165,12 @@ class _Stacks:
         sid = self.by_obj.get(id(frames))
         if sid is not None:
             return sid
+        ids = tuple(map(id, frames))  # frame dicts are shared in real pickles: cheap first-level key
+        sid = self.by_ids.get(ids)
+        if sid is not None:
+            self.by_obj[id(frames)] = sid
+            self._keep.append(frames)
+            return sid
         key = tuple((str(f.get("filename", "")), int(f.get("line", 0) or 0), str(f.get("name", ""))) for f in frames)
         sid = self.by_content.get(key)
         if sid is None:
@@ -168,6 +178,7 @@ class _Stacks:
             self.by_content[key] = sid
             self.rows.append((sid, top_frame(key), "\n".join(f"{fn}:{ln} {nm}" for fn, ln, nm in key)))
         self.by_obj[id(frames)] = sid
+        self.by_ids[ids] = sid
         self._keep.append(frames)
         return sid
 
