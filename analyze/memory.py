@@ -32,20 +32,23 @@ KSMALL_SIZE = 1 << 20  # kSmallSize: requests up to this go to the small pool
 NEVER = np.iinfo(np.int64).max
 
 # Allocation categories from the allocation's call stack (every frame "file:line name", one per line).
+# Allocation categories from call stacks (every frame "file:line name", one per line). "site" says which
+# stack a rule reads: where the block was allocated, or where it was freed (-1 stack when not freed in the trace).
 CATEGORY_RULES = (  # first match wins
-    # category                  rule                                           pattern (regex, multiline)
-    ("gradients", "autograd accumulates a parameter's .grad", r"AccumulateGrad"),
-    ("optimizer state", "inside optimizer.step (state buffers and step temporaries)",
+    # category                  rule                                                  site     pattern (regex, multiline)
+    ("gradients", "autograd accumulates a parameter's .grad", "alloc", r"AccumulateGrad"),
+    ("gradients", "released by optimizer zero_grad (a .grad set to None)", "free", r"\.py:\d+ zero_grad$"),
+    ("optimizer state", "inside optimizer.step (state buffers and step temporaries)", "alloc",
      r"[/\\]torch[/\\]optim[/\\]|optim\w*\.py:\d+ (step|_init_group|\w*adam\w*)$"),
-    ("parameters", "module construction or .to()/.cuda()/load_state_dict",
+    ("parameters", "module construction or .to()/.cuda()/load_state_dict", "alloc",
      r"module\.py:\d+ (_apply|to|cuda|convert|load_state_dict)$|[/\\]nn[/\\]init\.py:|:\d+ (__init__|reset_parameters)$"),
-    ("activations/temporaries", "backward pass (autograd engine)", r"autograd::Engine|autograd::generated::|\.py:\d+ backward$"),
-    ("activations/temporaries", "forward pass (a frame named forward)", r"\.py:\d+ forward$"),
-    ("other", "no frames recorded", r"^$"),
-    ("other", "anything else (data, user code outside forward/step)", r""),
+    ("activations/temporaries", "backward pass (autograd engine)", "alloc", r"autograd::Engine|autograd::generated::|\.py:\d+ backward$"),
+    ("activations/temporaries", "forward pass (a frame named forward)", "alloc", r"\.py:\d+ forward$"),
+    ("other", "no frames recorded", "alloc", r"^$"),
+    ("other", "anything else (data, user code outside forward/step)", "alloc", r""),
 )  # fmt: skip
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations/temporaries", "other")
-_CATEGORY_RE = [(c, r, re.compile(p, re.M)) for c, r, p in CATEGORY_RULES]
+_CATEGORY_RE = [(c, r, site, re.compile(p, re.M)) for c, r, site, p in CATEGORY_RULES]
 
 
 def round_size(size: np.ndarray) -> np.ndarray:
@@ -166,7 +169,8 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
         (allocations, checks). allocations: ``alloc_seq`` (-1 = before the
         first event), ``free_seq`` (the free_requested event; NEVER = live at
         dump), ``address``, ``size_bytes`` (allocator block), ``requested_bytes``,
-        ``time_ns`` of the alloc (-1 before trace), ``stack_id``, ``top_frame``,
+        ``time_ns`` of the alloc (-1 before trace), ``stack_id``, ``free_stack_id``
+        (where it was freed; -1 when not freed in the trace), ``top_frame``,
         ``origin`` ("trace", "before trace, freed in trace", "before trace, live
         at dump"). checks: counts and bytes that say how complete the trace is
         and whether it agrees with the segments at dump time.
@@ -176,6 +180,8 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
     addr = ev["addr"].to_numpy()
     action = ev["action"].astype(str).to_numpy()
     is_alloc = action == "alloc"
+    stack = ev["stack_id"].to_numpy()
+    seq0 = int(seq[0]) if len(seq) else 0
     free_action = "free_requested" if (action == "free_requested").any() else "free_completed"
     free_seq, free_matched, double_alloc = _pairs(seq, addr, is_alloc, action == free_action)
     done_seq, done_matched, _ = _pairs(seq, addr, is_alloc, action == "free_completed")
@@ -214,6 +220,9 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
             "requested_bytes": ev["size_bytes"].to_numpy()[is_alloc],
             "time_ns": ev["time_ns"].to_numpy()[is_alloc],
             "stack_id": ev["stack_id"].to_numpy()[is_alloc],
+            "free_stack_id": np.where(
+                free_seq[is_alloc] == NEVER, -1, stack[np.minimum(free_seq[is_alloc] - seq0, len(ev) - 1)]
+            ),
             "top_frame": ev["top_frame"].astype(str).to_numpy()[is_alloc],
             "origin": "trace",
         }
@@ -227,6 +236,7 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
             "requested_bytes": ev["size_bytes"].to_numpy()[pre_freed],
             "time_ns": -1,
             "stack_id": -1,
+            "free_stack_id": stack[pre_freed],
             "top_frame": BEFORE_TRACE,
             "origin": "before trace, freed in trace",
         }
@@ -240,6 +250,7 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
             "requested_bytes": pre_dump["requested_size_bytes"].to_numpy(),
             "time_ns": -1,
             "stack_id": pre_dump["stack_id"].to_numpy(),
+            "free_stack_id": -1,
             "top_frame": [
                 t if s >= 0 else BEFORE_TRACE
                 for t, s in zip(pre_dump["top_frame"].astype(str), pre_dump["stack_id"], strict=True)
@@ -282,23 +293,29 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
 
 
 def classify_allocations(allocs: pd.DataFrame, stacks: pd.DataFrame) -> pd.DataFrame:
-    """Add ``category`` and ``rule`` from CATEGORY_RULES applied to each allocation's stack.
+    """Add ``category`` and ``rule`` from CATEGORY_RULES applied to each allocation's stacks.
 
-    Input columns: ``stack_id`` (-1 = no frames). Stacks are classified once
-    each, so the cost does not grow with the number of allocations.
+    Input columns: ``stack_id`` (allocation site) and optionally ``free_stack_id``
+    (free site); -1 = no frames. Each distinct pair is classified once, so the
+    cost does not grow with the number of allocations. Gradients that autograd
+    hands over without a copy are allocated by the backward node that made them;
+    only their release by zero_grad tells them apart from temporaries.
     """
     texts = dict(zip(stacks["stack_id"].tolist(), stacks["stack"].tolist(), strict=True))
     texts[-1] = ""
+    free_ids = allocs["free_stack_id"].tolist() if "free_stack_id" in allocs else [-1] * len(allocs)
+    pairs = list(zip(allocs["stack_id"].tolist(), free_ids, strict=True))
     table = {}
-    for sid, text in texts.items():
-        for cat, rule, rx in _CATEGORY_RE:
-            if rx.search(text):
-                table[sid] = (cat, rule)
+    for pair in set(pairs):
+        site_text = {"alloc": texts.get(pair[0], ""), "free": texts.get(pair[1], "") if pair[1] >= 0 else None}
+        for cat, rule, site, rx in _CATEGORY_RE:
+            text = site_text[site]
+            if text is not None and rx.search(text):
+                table[pair] = (cat, rule)
                 break
     out = allocs.copy()
-    ids = out["stack_id"].tolist()
-    out["category"] = pd.Categorical([table[s][0] for s in ids], categories=CATEGORIES)
-    out["rule"] = pd.Categorical([table[s][1] for s in ids])
+    out["category"] = pd.Categorical([table[p][0] for p in pairs], categories=CATEGORIES)
+    out["rule"] = pd.Categorical([table[p][1] for p in pairs])
     return out
 
 

@@ -225,7 +225,7 @@ def snapshot_section(
 
 def rules_section() -> Section:
     """The rules behind categories and source lines, printed so readers can judge them."""
-    cats = pd.DataFrame(CATEGORY_RULES, columns=["category", "rule", "pattern"])
+    cats = pd.DataFrame(CATEGORY_RULES, columns=["category", "rule", "site", "pattern"])
     skips = pd.DataFrame(USER_FRAME_SKIP, columns=["skipped_because", "filename_pattern"])
     return Section(
         title="Category rules",

@@ -87,7 +87,9 @@ def test_category_rules_examples():
         "no frames recorded": "",
         "anything else (data, user code outside forward/step)": "/p/train.py:40 main",
     }
-    assert set(examples) == {r for _, r, _ in CATEGORY_RULES}
+    assert set(examples) | {"released by optimizer zero_grad (a .grad set to None)"} == {
+        r for _, r, _, _ in CATEGORY_RULES
+    }
     stacks = pd.DataFrame({"stack_id": range(len(examples)), "top_frame": "", "stack": list(examples.values())})
     got = classify_allocations(pd.DataFrame({"stack_id": stacks["stack_id"]}), stacks)
     assert got["rule"].astype(str).tolist() == list(examples)
@@ -102,6 +104,19 @@ def test_category_rules_examples():
         {"stack_id": [0], "top_frame": "", "stack": ["/p/cs336_systems/optimizer.py:77 step\n/p/x.py:1 main"]}
     )
     assert classify_allocations(pd.DataFrame({"stack_id": [0]}), own_optimizer)["category"].iloc[0] == "optimizer state"
+    # a gradient handed over by a backward node is known by its release in zero_grad
+    two = pd.DataFrame(
+        {
+            "stack_id": [0, 1],
+            "top_frame": "",
+            "stack": [
+                "??:0 torch::autograd::generated::MmBackward0::apply",
+                "/v/torch/optim/optimizer.py:990 zero_grad",
+            ],
+        }
+    )
+    got = classify_allocations(pd.DataFrame({"stack_id": [0, 0], "free_stack_id": [1, -1]}), two)
+    assert got["category"].astype(str).tolist() == ["gradients", "activations/temporaries"]
 
 
 def test_downsample_keeps_exact_peak_and_bounds():
@@ -174,6 +189,9 @@ def test_gpu_categories_match_model_size():
     by = a.live_at_peak.groupby("category", observed=True)["requested_bytes"].sum()
     assert by["parameters"] == 4 * params
     assert by["optimizer state"] >= 2 * 4 * params
+    # step 1 and 2 gradients are released by zero_grad(set_to_none=True): one parameter-sized set per step
+    grads = a.allocations[a.allocations["rule"] == "released by optimizer zero_grad (a .grad set to None)"]
+    assert grads["requested_bytes"].sum() == 2 * 4 * params
 
 
 @pytest.mark.parametrize("path", REAL)
