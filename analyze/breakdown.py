@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from analyze.projection import attribute, launches, project_nvtx, range_label, summarize_projection
 from analyze.tables import Trace
@@ -25,14 +26,18 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     names are the demangled names, as ``nsys stats`` groups them by default.
     """
     kernels = classify_kernels(trace.kernels)
-    kernels = kernels.assign(name=kernels["demangled_name"].astype(str), is_kernel=True)
+    kernels = kernels.assign(name=kernels["demangled_name"], is_kernel=True)
     memops = classify_memops(trace.memops).assign(is_kernel=False)
-    memops["name"] = memops["name"].astype(str)
-    cols = [*OP_COLUMNS, "category", "subcategory", "is_kernel"]
-    ops = pd.concat([kernels[cols], memops[cols]], ignore_index=True)
-    ops["name"] = ops["name"].astype("category")
-    ops["category"] = pd.Categorical(ops["category"].astype(object), categories=CATEGORIES)
-    ops["subcategory"] = ops["subcategory"].astype(str).astype("category")
+    parts = [kernels, memops]
+    ops = pd.DataFrame(
+        {c: np.concatenate([p[c].to_numpy() for p in parts]) for c in OP_COLUMNS if c != "name"}
+        | {"is_kernel": np.concatenate([p["is_kernel"].to_numpy(dtype=bool) for p in parts])}
+    )
+    ops["name"] = union_categoricals([pd.Categorical(p["name"]) for p in parts])
+    ops["subcategory"] = union_categoricals([pd.Categorical(p["subcategory"]) for p in parts])
+    ops["category"] = pd.Categorical.from_codes(
+        np.concatenate([p["category"].cat.codes.to_numpy() for p in parts]), categories=CATEGORIES
+    )
     return ops
 
 
@@ -143,7 +148,12 @@ def base_range_names(labels: pd.Series) -> pd.Series:
     return labels.astype(str).str.replace(EMIT_NVTX_SUFFIX, "", regex=True)
 
 
-def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame, group_emit_nvtx: bool = False) -> pd.DataFrame:
+def summarize_ranges(
+    ranges: pd.DataFrame,
+    attributed: pd.DataFrame,
+    projection: pd.DataFrame | None = None,
+    group_emit_nvtx: bool = False,
+) -> pd.DataFrame:
     """Per range name: instances, CPU time, projected GPU time, kernels and their time.
 
     Columns: range, instances, cpu_total_ns, cpu_avg_ns (all instances, as
@@ -160,7 +170,7 @@ def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame, group_emit_
     g = ranges.assign(range=labels).groupby("range", sort=False)
     out = pd.DataFrame({"instances": g.size(), "cpu_total_ns": g["duration_ns"].sum()})
     out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
-    proj = summarize_projection(ranges, attributed)
+    proj = summarize_projection(ranges, attributed) if projection is None else projection
     pg = proj.assign(range=lab[proj["range_row"].to_numpy().astype("int64")]).groupby("range", sort=False)
     out["projected_instances"] = pg.size().reindex(out.index).fillna(0).astype("int64")
     out["gpu_span_total_ns"] = pg["gpu_duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
@@ -177,14 +187,14 @@ def summarize_ranges(ranges: pd.DataFrame, attributed: pd.DataFrame, group_emit_
     return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def window_kernel_time(ranges: pd.DataFrame, ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.Series:
+def window_kernel_time(ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame) -> pd.Series:
     """Kernel ns launched by ANY thread of the range's process while the range was open.
 
     nsys's projection only sees launches on the range's own thread, so a
     "backward" range misses kernels that autograd's worker thread launches.
     This is the complementary view; indexed like ``ranges``.
     """
-    lau = launches(ops, runtime).assign(tid=0)
+    lau = launched.assign(tid=0)
     rng = ranges.assign(tid=0, end_tid=-1)
     pairs = attribute(rng, lau)
     kern_ns = np.where(ops["is_kernel"].to_numpy(), ops["duration_ns"].to_numpy(), 0)
@@ -214,7 +224,7 @@ PHASE_PATTERN = re.compile(r"forward|backward|optimi[sz]er|\bstep\b|train|warm",
 
 
 def summarize_phases(
-    ranges: pd.DataFrame, ops: pd.DataFrame, runtime: pd.DataFrame, attributed: pd.DataFrame
+    ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame, attributed: pd.DataFrame
 ) -> pd.DataFrame:
     """Per phase range name (forward, backward, optimizer, step...): CPU and kernel time per instance.
 
@@ -236,7 +246,7 @@ def summarize_phases(
                 "window_kernel_per_instance_ns",
             ]
         )
-    window = window_kernel_time(sel, ops, runtime)
+    window = window_kernel_time(sel, ops, launched)
     kern = attributed[attributed["is_kernel"] & attributed["range_row"].isin(sel.index)]
     per_row = kern.groupby("range_row")["duration_ns"].agg(["size", "sum"]).reindex(sel.index).fillna(0)
     df = pd.DataFrame(
@@ -263,17 +273,19 @@ def summarize_phases(
 def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
     """Every breakdown of one trace, by name: the entry point for notebooks and reports."""
     ops = gpu_ops(trace)
-    attributed = project_nvtx(trace.nvtx, ops, trace.runtime)
+    launched = launches(ops, trace.runtime)
+    attributed = project_nvtx(trace.nvtx, ops, launched)
     categories = summarize_categories(ops)
+    projection = summarize_projection(trace.nvtx, attributed)
     return {
-        "phases": summarize_phases(trace.nvtx, ops, trace.runtime, attributed),
+        "phases": summarize_phases(trace.nvtx, ops, launched, attributed),
         "ops": ops,
         "summary": summarize_trace(trace, ops),
         "kernels": summarize_kernels(ops),
         "categories": categories,
         "attributed": attributed,
-        "ranges": summarize_ranges(trace.nvtx, attributed),
-        "range_groups": summarize_ranges(trace.nvtx, attributed, group_emit_nvtx=True),
+        "ranges": summarize_ranges(trace.nvtx, attributed, projection),
+        "range_groups": summarize_ranges(trace.nvtx, attributed, projection, group_emit_nvtx=True),
         "range_kernels": summarize_range_kernels(attributed),
-        "projection": summarize_projection(trace.nvtx, attributed),
+        "projection": projection,
     }

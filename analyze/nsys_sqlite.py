@@ -16,6 +16,11 @@ import numpy as np
 import pandas as pd
 
 from analyze.errors import InputError
+
+try:  # optional speed-up: columnar reads of the big tables (README, Dependencies)
+    import adbc_driver_sqlite.dbapi as adbc_sqlite
+except ImportError:  # pragma: no cover - exercised where the driver is absent
+    adbc_sqlite = None
 from analyze.tables import Trace
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -65,6 +70,7 @@ MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlati
 NVTX_COLUMNS = (("start", "eventType"), ("end", "text", "textId", "globalTid", "endGlobalTid", "domainId"))
 
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
+MISSING = -1  # NULL or absent integer column (nsys ids, times and sizes are never negative)
 
 
 def pid_of(global_id: pd.Series | np.ndarray) -> np.ndarray:
@@ -99,7 +105,28 @@ class Export:
         return table in self.columns
 
     def select(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
-        """Read the spec's columns of ``table``; absent optional columns come back as NULL (NaN)."""
+        """Read the spec's integer columns of ``table``; NULL and absent columns come back as -1.
+
+        Large activity tables go through the ADBC SQLite driver when installed
+        (columnar Arrow batches, several times faster than building Python
+        tuples), else through sqlite3.
+        """
+        required, optional = spec
+        have = self.columns[table]
+        missing = [c for c in required if c not in have]
+        if missing:
+            raise InputError(
+                f"{self.path}: table {table} lacks required column(s) {', '.join(missing)}; unknown nsys schema"
+            )
+        cols = [
+            f'coalesce("{c}", {MISSING}) AS "{c}"' if c in have else f'{MISSING} AS "{c}"'
+            for c in (*required, *optional)
+        ]
+        sql = f'SELECT {", ".join(cols)} FROM "{table}" {where}'
+        return self.query_columnar(sql) if adbc_sqlite is not None else self.query(sql).astype("int64")
+
+    def select_any(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
+        """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN."""
         required, optional = spec
         have = self.columns[table]
         missing = [c for c in required if c not in have]
@@ -109,6 +136,16 @@ class Export:
             )
         cols = [f'"{c}"' if c in have else f'NULL AS "{c}"' for c in (*required, *optional)]
         return self.query(f'SELECT {", ".join(cols)} FROM "{table}" {where}')
+
+    def query_columnar(self, sql: str) -> pd.DataFrame:
+        try:
+            with adbc_sqlite.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1") as con:
+                with con.cursor() as cur:
+                    cur.execute(sql)
+                    table = cur.fetch_arrow_table()
+        except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
+            raise InputError(f"{self.path}: corrupt or truncated SQLite file ({str(err).splitlines()[0]})") from None
+        return table.to_pandas()
 
     def query(self, sql: str, params: tuple = ()) -> pd.DataFrame:
         try:
@@ -180,31 +217,32 @@ def _strings(exp: Export) -> pd.Series:
     return pd.Series(df["value"].to_numpy(), index=df["id"].to_numpy())
 
 
-def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Series:
-    """Map StringIds ids to a categorical of names (unknown ids -> fallback)."""
-    codes = pd.to_numeric(ids, errors="coerce")
-    uniq = pd.unique(codes.dropna())
-    lookup = pd.Series(strings.reindex(uniq).fillna(fallback).to_numpy(), index=uniq)
-    return codes.map(lookup).fillna(fallback).astype("category")
+def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Categorical:
+    """Map StringIds ids to a categorical of names (unknown ids -> fallback), via codes not objects."""
+    uniq, inverse = np.unique(np.asarray(ids, dtype=np.int64), return_inverse=True)
+    names = pd.Index(strings.reindex(uniq).fillna(fallback).astype(str).to_numpy())
+    codes, cats = pd.factorize(names)  # two ids may carry the same text
+    return pd.Categorical.from_codes(codes[inverse], categories=cats)
 
 
 def _times(df: pd.DataFrame) -> pd.DataFrame:
     df["start_ns"] = df["start"].astype("int64")
-    df["end_ns"] = pd.to_numeric(df["end"], errors="coerce").fillna(df["start_ns"]).astype("int64")
+    end = df["end"].astype("int64")
+    df["end_ns"] = end.where(end != MISSING, df["start_ns"])
     df["duration_ns"] = df["end_ns"] - df["start_ns"]
     return df
 
 
 def read_kernels(exp: Export, strings: pd.Series) -> pd.DataFrame:
     df = _times(exp.select("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_COLUMNS))
-    short = df["shortName"].where(df["shortName"].notna(), df["demangledName"])
-    demangled = df["demangledName"].where(df["demangledName"].notna(), df["shortName"])
-    if short.isna().all():
+    short, demangled = df["shortName"], df["demangledName"]
+    if ((short == MISSING) & (demangled == MISSING)).all():
         raise InputError(f"{exp.path}: CUPTI_ACTIVITY_KIND_KERNEL has no kernel name column")
-    df["name"] = _decode(short, strings, "<unknown kernel>")
-    df["demangled_name"] = _decode(demangled, strings, "<unknown kernel>")
-    df["pid"] = pid_of(df["globalPid"].fillna(-1 << PID_SHIFT)) if df["globalPid"].notna().any() else -1
-    shared = df["staticSharedMemory"].fillna(0) + df["dynamicSharedMemory"].fillna(0)
+    df["name"] = _decode(short.where(short != MISSING, demangled), strings, "<unknown kernel>")
+    df["demangled_name"] = _decode(demangled.where(demangled != MISSING, short), strings, "<unknown kernel>")
+    gpid = df["globalPid"].to_numpy()
+    df["pid"] = np.where(gpid != MISSING, pid_of(gpid), -1)
+    shared = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
     return df.rename(
         columns={
             "deviceId": "device_id",
@@ -223,7 +261,7 @@ def read_kernels(exp: Export, strings: pd.Series) -> pd.DataFrame:
 
 def read_runtime(exp: Export, strings: pd.Series) -> pd.DataFrame:
     df = _times(exp.select("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME_COLUMNS))
-    gtid = df["globalTid"].fillna(-1)
+    gtid = df["globalTid"].to_numpy()
     return df.assign(
         name=_decode(df["nameId"], strings, "<unknown API>"),
         pid=pid_of(gtid),
@@ -245,7 +283,7 @@ def read_memops(exp: Export) -> pd.DataFrame:
     if exp.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         df = _times(exp.select("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_COLUMNS))
         labels = _memcpy_labels(exp)
-        kind = pd.to_numeric(df["copyKind"], errors="coerce").fillna(0).astype(int)
+        kind = df["copyKind"].clip(lower=0)
         df["name"] = "[CUDA memcpy " + kind.map(labels).fillna("Unknown") + "]"
         df["kind"] = "memcpy"
         parts.append(df)
@@ -256,7 +294,7 @@ def read_memops(exp: Export) -> pd.DataFrame:
     if not parts:
         return None
     df = pd.concat(parts, ignore_index=True)
-    has_pid = df["globalPid"].notna()
+    gpid = df["globalPid"].to_numpy()
     return df.rename(
         columns={
             "bytes": "size_bytes",
@@ -264,13 +302,13 @@ def read_memops(exp: Export) -> pd.DataFrame:
             "streamId": "stream_id",
             "correlationId": "correlation_id",
         }
-    ).assign(pid=np.where(has_pid, pid_of(df["globalPid"].fillna(0)), -1))
+    ).assign(pid=np.where(gpid != MISSING, pid_of(gpid), -1))
 
 
 def read_nvtx(exp: Export, strings: pd.Series) -> pd.DataFrame:
     """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId)."""
     types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
-    df = exp.select("NVTX_EVENTS", NVTX_COLUMNS, where=f"WHERE eventType IN ({types})")
+    df = exp.select_any("NVTX_EVENTS", NVTX_COLUMNS, where=f"WHERE eventType IN ({types})")
     if df.empty:
         return None
     gtid = df["globalTid"].fillna(0).astype("int64")
@@ -330,7 +368,7 @@ def read_gpus(exp: Export) -> pd.DataFrame | None:
         (),
         ("id", "name", "smCount", "totalMemory", "memoryBandwidth", "clockRate", "computeMajor", "computeMinor"),
     )
-    df = exp.select(table, spec)
+    df = exp.select_any(table, spec)
     cc = df["computeMajor"].astype(str) + "." + df["computeMinor"].astype(str)
     return pd.DataFrame(
         {
@@ -348,7 +386,7 @@ def read_gpus(exp: Export) -> pd.DataFrame | None:
 def read_threads(exp: Export, strings: pd.Series) -> pd.DataFrame | None:
     if not exp.has("ThreadNames"):
         return None
-    df = exp.select("ThreadNames", (("globalTid",), ("nameId",)))
+    df = exp.select_any("ThreadNames", (("globalTid",), ("nameId",)))
     df["pid"], df["tid"] = pid_of(df["globalTid"]), tid_of(df["globalTid"])
     df["thread_name"] = df["nameId"].map(strings).fillna("")
     df["process_name"] = ""

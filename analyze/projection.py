@@ -85,20 +85,20 @@ def range_label(ranges: pd.DataFrame) -> pd.Series:
     return name.where(domain == "", domain + ":" + name)
 
 
-def project_nvtx(ranges: pd.DataFrame, ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+def project_nvtx(ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:
     """Attribute GPU ops to every enclosing range.
 
     Args:
         ranges: NVTX_RANGES table.
         ops: GPU operations (kernels and memops) with start_ns, end_ns, duration_ns,
             pid, correlation_id and any other columns to carry (name, category, is_kernel).
-        runtime: RUNTIME table (the launching CPU calls).
+        launched: ``launches(ops, runtime)``, each op with its launching CPU call.
 
     Returns:
         One row per (range instance, op): ``range_row`` (index into ``ranges``),
         ``range`` (label), ``op_row`` (index into ``ops``), and the op's columns.
     """
-    pairs = attribute(ranges, launches(ops, runtime))
+    pairs = attribute(ranges, launched)
     labels = range_label(ranges).to_numpy()
     out = ops.iloc[pairs["op_row"].to_numpy()].reset_index(drop=True)
     out.insert(0, "op_row", pairs["op_row"].to_numpy())

@@ -139,7 +139,7 @@ class Trace:
     threads: pd.DataFrame = field(default_factory=lambda: empty(THREADS))
     meta: dict = field(default_factory=dict)
 
-    def validated(self) -> "Trace":
+    def validated(self) -> Trace:
         """Coerce every table to its schema (readers call this before returning)."""
         for attr, schema in SCHEMAS.items():
             setattr(self, attr, validate(getattr(self, attr), schema))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 KERNEL_RULES = (  # first match wins
@@ -55,16 +56,18 @@ def classify_name(name: str) -> tuple[str, str]:
 def classify_kernels(kernels: pd.DataFrame, name_column: str = "demangled_name") -> pd.DataFrame:
     """Return ``kernels`` with ``category`` and ``subcategory`` columns added.
 
-    Vectorized over distinct names: each is matched once, then mapped onto rows.
+    Vectorized over distinct names: each is matched once, then codes are mapped onto rows.
     """
     names = kernels[name_column].astype("category")
     labels = [classify_name(str(n)) for n in names.cat.categories]
-    cat_map = dict(zip(names.cat.categories, (c for c, _ in labels), strict=True))
-    sub_map = dict(zip(names.cat.categories, (s for _, s in labels), strict=True))
-    out = kernels.copy()
-    out["category"] = pd.Categorical(names.map(cat_map).astype(object), categories=CATEGORIES)
-    out["subcategory"] = names.map(sub_map).astype(object).astype("category")
-    return out
+    codes = names.cat.codes.to_numpy()
+    cat_codes = np.array([CATEGORIES.index(c) for c, _ in labels] + [CATEGORIES.index(OTHER[0])], dtype=np.int64)
+    subs = pd.Index(sorted({s for _, s in labels} | {OTHER[1]}))
+    sub_codes = np.array([subs.get_loc(s) for _, s in labels] + [subs.get_loc(OTHER[1])], dtype=np.int64)
+    return kernels.assign(  # code -1 (a missing name) lands on the appended "other" entry
+        category=pd.Categorical.from_codes(cat_codes[codes], categories=CATEGORIES),
+        subcategory=pd.Categorical.from_codes(sub_codes[codes], categories=subs),
+    )
 
 
 def classify_memops(memops: pd.DataFrame) -> pd.DataFrame:

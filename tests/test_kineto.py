@@ -15,7 +15,7 @@ import pytest
 
 from analyze.errors import InputError
 from analyze.kineto import looks_like_kineto, read_kineto
-from analyze.projection import project_nvtx, summarize_projection
+from analyze.projection import launches, project_nvtx, summarize_projection
 from tests.conftest import FIXTURES, shared_params
 
 REAL = shared_params("kineto", "*.json.gz")
@@ -116,7 +116,7 @@ def test_projection_agrees_with_kinetos_gpu_user_annotations(path):
     if not expected:
         pytest.skip("trace has no gpu_user_annotation events")
     ops = pd.concat([trace.kernels.assign(is_kernel=True), trace.memops.assign(is_kernel=False)], ignore_index=True)
-    spans = summarize_projection(trace.nvtx, project_nvtx(trace.nvtx, ops, trace.runtime))
+    spans = summarize_projection(trace.nvtx, project_nvtx(trace.nvtx, ops, launches(ops, trace.runtime)))
     spans = spans.assign(name=spans["range"].astype(str), end=spans["gpu_start_ns"] + spans["gpu_duration_ns"])
     for gpu in expected:
         same = spans[spans["name"] == gpu["name"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analyze.breakdown import summarize_phases, summarize_ranges
-from analyze.projection import project_nvtx, summarize_projection
+from analyze.projection import launches, project_nvtx, summarize_projection
 from analyze.tables import NVTX_RANGES, RUNTIME, validate
 
 
@@ -55,7 +55,7 @@ OPS = _ops([(1, 2000, 2100), (2, 2100, 2300), (3, 2300, 2400), (4, 2500, 2900), 
 
 
 def test_every_enclosing_range_counts_the_kernel():
-    att = project_nvtx(RANGES, OPS, RUNTIME_ROWS)
+    att = project_nvtx(RANGES, OPS, launches(OPS, RUNTIME_ROWS))
     by = att.groupby("range", observed=True)["correlation_id"].apply(set)
     assert by["step"] == {1, 2, 3, 5}
     assert by["forward"] == {1, 2, 3}
@@ -65,7 +65,7 @@ def test_every_enclosing_range_counts_the_kernel():
 
 
 def test_projected_span_is_first_to_last_op():
-    att = project_nvtx(RANGES, OPS, RUNTIME_ROWS)
+    att = project_nvtx(RANGES, OPS, launches(OPS, RUNTIME_ROWS))
     proj = summarize_projection(RANGES, att).set_index("range")
     assert proj.loc["forward", "gpu_start_ns"] == 2000
     assert proj.loc["forward", "gpu_duration_ns"] == 400
@@ -74,10 +74,10 @@ def test_projected_span_is_first_to_last_op():
 
 
 def test_range_summary_and_window_view():
-    att = project_nvtx(RANGES, OPS, RUNTIME_ROWS)
+    att = project_nvtx(RANGES, OPS, launches(OPS, RUNTIME_ROWS))
     summ = summarize_ranges(RANGES, att).set_index("range")
     assert summ.loc["backward", "kernels"] == 0 and summ.loc["backward", "instances"] == 1
-    phases = summarize_phases(RANGES, OPS, RUNTIME_ROWS, att).set_index("range")
+    phases = summarize_phases(RANGES, OPS, launches(OPS, RUNTIME_ROWS), att).set_index("range")
     assert phases.loc["backward", "kernel_per_instance_ns"] == 0
     assert phases.loc["backward", "window_kernel_per_instance_ns"] == 400
     assert phases.loc["forward", "window_kernel_per_instance_ns"] == 400

@@ -1,0 +1,135 @@
+"""Time `profiler-kit report` against `nsys stats` on one large export, in the same run.
+
+Builds the export by replicating a real one along the time axis (every kernel,
+runtime call, memcpy/memset and NVTX event copied N times, shifted by the
+export's span, correlation ids made unique), then runs both tools as
+subprocesses and prints wall time and peak memory (max RSS) of each and the ratios.
+
+    python benchmarks/bench_report.py ../shared/data/nsys_sqlite/zx3xyy__assignment2-systems__result_2_7B_nvtx.sqlite --copies 150
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHIFTED = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "NVTX_EVENTS",
+)
+
+
+def replicate(src: Path, dst: Path, copies: int) -> dict[str, int]:
+    """Write ``dst``: ``src`` with its activity tables repeated ``copies`` times along time."""
+    shutil.copy(src, dst)
+    dst.chmod(0o644)
+    con = sqlite3.connect(dst)
+    tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'") if t in SHIFTED]
+    lo = min(con.execute(f"SELECT min(start) FROM {t}").fetchone()[0] or 0 for t in tables)
+    hi = max(con.execute(f"SELECT max(coalesce(end, start)) FROM {t}").fetchone()[0] or 0 for t in tables)
+    span = hi - lo + 1_000_000
+    corr = (
+        max(con.execute(f"SELECT max(correlationId) FROM {t}").fetchone()[0] or 0 for t in tables if t != "NVTX_EVENTS")
+        + 1
+    )
+    con.execute("CREATE TEMP TABLE k(i INTEGER)")
+    con.executemany("INSERT INTO k VALUES (?)", [(i,) for i in range(1, copies)])
+    counts = {}
+    for t in tables:
+        cols = [r[1] for r in con.execute(f"PRAGMA table_info({t})")]
+        expr = {"start": "start + k.i * ?", "end": "end + k.i * ?", "correlationId": "correlationId + k.i * ?"}
+        select, params = [], []
+        for c in cols:
+            if c in expr and not (c == "correlationId" and t == "NVTX_EVENTS"):
+                select.append(expr[c])
+                params.append(corr if c == "correlationId" else span)
+            else:
+                select.append(f'"{c}"' if c != "rowid" else c)
+        con.execute(
+            f"INSERT INTO {t} ({', '.join(f'{c!r}' for c in cols)}) SELECT {', '.join(select)} FROM {t} AS base, k",
+            params,
+        )
+        counts[t] = con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+    con.commit()
+    con.close()
+    return counts
+
+
+PEAK_WRAPPER = (
+    "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode); sys.stderr.write(p.stderr[-300:])"
+)
+
+
+def timed(cmd: list[str], cwd: Path) -> tuple[float, float, int]:
+    """Wall seconds, peak RSS (MiB) of the command's process tree, return code.
+
+    A fresh wrapper process runs the command, so the peak is this command's alone.
+    """
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, *cmd], cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    peak_kib, rc = (int(v) for v in proc.stdout.split())
+    if rc:
+        print(f"  {cmd[0]} failed: {proc.stderr.strip()}", file=sys.stderr)
+    return wall, peak_kib / 1024, rc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("export", type=Path)
+    ap.add_argument("--copies", type=int, default=150)
+    ap.add_argument("--keep", type=Path, help="Write the big export here and keep it.")
+    ap.add_argument("--skip-nsys", action="store_true")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pk-bench-"))
+    big = args.keep or work / "big.sqlite"
+    t0 = time.perf_counter()
+    counts = replicate(args.export, big, args.copies)
+    print(f"built {big} ({big.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s: {counts}")
+    root = Path(__file__).resolve().parent.parent
+    ours = timed([sys.executable, "-m", "profiler_kit", "report", str(big), "-o", str(work / "out")], root)
+    print(f"profiler-kit report (md + html): {ours[0]:.1f} s, peak RSS {ours[1]:.0f} MiB")
+    if args.skip_nsys or shutil.which("nsys") is None:
+        print("nsys not run")
+        return
+    for rep in ("gpukernsum", "nvtxkernsum"):
+        copy = work / f"{rep}.sqlite"
+        shutil.copy(big, copy)
+        theirs = timed(
+            [
+                "nsys",
+                "stats",
+                "-q",
+                "--force-export",
+                "false",
+                "--format",
+                "csv",
+                "--report",
+                rep,
+                "-o",
+                str(work / rep),
+                str(copy),
+            ],
+            root,
+        )
+        print(f"nsys stats --report {rep}: {theirs[0]:.1f} s, peak RSS {theirs[1]:.0f} MiB")
+        os.unlink(copy)
+        ours_total = ours[0]
+        print(f"  ratio nsys/{rep} to profiler-kit whole report: {theirs[0] / ours_total:.1f}x")
+    if not args.keep:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
