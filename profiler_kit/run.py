@@ -66,6 +66,7 @@ def write_atomic(path: Path, text: str) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make results unreadable to others
     os.replace(tmp, path)
     return path
 
