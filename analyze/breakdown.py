@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from analyze.intervals import union_length
 from analyze.projection import attribute, launches, project_nvtx, range_label, summarize_projection
 from analyze.tables import Trace
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
@@ -28,7 +29,7 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     kernels = classify_kernels(trace.kernels)
     kernels = kernels.assign(name=kernels["demangled_name"], is_kernel=True)
     memops = classify_memops(trace.memops).assign(is_kernel=False)
-    parts = [kernels, memops]
+    parts = [p for p in (kernels, memops) if len(p)] or [kernels]
     ops = pd.DataFrame(
         {c: np.concatenate([p[c].to_numpy() for p in parts]) for c in OP_COLUMNS if c != "name"}
         | {"is_kernel": np.concatenate([p["is_kernel"].to_numpy(dtype=bool) for p in parts])}
@@ -46,17 +47,9 @@ def busy_time_ns(ops: pd.DataFrame) -> int:
 
     Overlapping ops (several streams) count once; gaps count as idle.
     """
-    total = 0
-    for _, g in ops.groupby("device_id", sort=False):
-        order = np.argsort(g["start_ns"].to_numpy(), kind="stable")
-        s, e = g["start_ns"].to_numpy()[order], g["end_ns"].to_numpy()[order]
-        reach = np.maximum.accumulate(e)
-        new = np.empty(len(s), dtype=bool)
-        new[0], new[1:] = True, s[1:] > reach[:-1]
-        seg_start = s[new]
-        seg_end = reach[np.r_[np.flatnonzero(new)[1:] - 1, len(s) - 1]]
-        total += int((seg_end - seg_start).sum())
-    return total
+    return sum(
+        union_length(g["start_ns"].to_numpy(), g["end_ns"].to_numpy()) for _, g in ops.groupby("device_id", sort=False)
+    )
 
 
 def summarize_trace(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:

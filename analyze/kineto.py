@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.errors import InputError
+from analyze.intervals import nesting_depth
 from analyze.tables import Trace
 
 KERNEL_CATS = ("kernel", "Kernel")
@@ -320,38 +321,8 @@ def _ranges(path: Path, by_cat: dict) -> pd.DataFrame:
         start,
         dur,
     )
-    df["depth"] = range_depth(df)
+    df["depth"] = nesting_depth(df)
     return df
-
-
-def range_depth(ranges: pd.DataFrame) -> np.ndarray:
-    """Nesting level of each range on its (pid, tid), 0 = outermost, in the frame's row order.
-
-    Input columns: pid, tid, start_ns, end_ns. Ranges of one thread nest, so
-    sorting by (start, longest first) and keeping a stack of open end times gives
-    each depth in one pass. A range that starts exactly where another ends is
-    its sibling, not its child.
-    """
-    order = np.lexsort(
-        (
-            -ranges["end_ns"].to_numpy(),
-            ranges["start_ns"].to_numpy(),
-            ranges["tid"].to_numpy(),
-            ranges["pid"].to_numpy(),
-        )
-    )
-    pid, tid = ranges["pid"].to_numpy()[order], ranges["tid"].to_numpy()[order]
-    starts, ends = ranges["start_ns"].to_numpy()[order], ranges["end_ns"].to_numpy()[order]
-    depth = np.zeros(len(ranges), dtype=np.int64)
-    stack: list[int] = []
-    for i in range(len(order)):
-        if i == 0 or pid[i] != pid[i - 1] or tid[i] != tid[i - 1]:
-            stack = []
-        while stack and stack[-1] <= starts[i]:
-            stack.pop()
-        depth[order[i]] = len(stack)
-        stack.append(ends[i])
-    return depth
 
 
 def _gpus(props) -> pd.DataFrame | None:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.errors import InputError
+from analyze.intervals import nesting_depth
 
 try:  # optional speed-up: columnar reads of the big tables (README, Dependencies)
     import adbc_driver_sqlite.dbapi as adbc_sqlite
@@ -331,33 +332,11 @@ def read_nvtx(exp: Export, strings: pd.Series) -> pd.DataFrame:
     ranges["style"] = ranges["eventType"].map(NVTX_RANGE_STYLE)
     ranges["name"] = ranges["label"].astype("category")
     ranges["domain"] = ranges["domain"].astype("category")
-    ranges["depth"] = nesting_depth(ranges)
+    push_pop = (ranges["style"] == "push_pop").to_numpy()
+    depth = np.full(len(ranges), -1, dtype=np.int64)  # start/end ranges need not nest
+    depth[push_pop] = nesting_depth(ranges[push_pop])
+    ranges["depth"] = depth
     return ranges
-
-
-def nesting_depth(ranges: pd.DataFrame) -> np.ndarray:
-    """Depth of each push/pop range on its thread (0 = outermost); -1 for start/end ranges.
-
-    Push/pop ranges on one thread nest properly, so sorting by (start, -end) and
-    keeping a stack of open end times gives each range's depth in one pass.
-    """
-    depth = np.full(len(ranges), -1, dtype=np.int64)
-    pp = ranges["style"].to_numpy() == "push_pop"
-    sub = ranges.loc[pp, ["pid", "tid", "start_ns", "end_ns"]].copy()
-    sub["pos"] = np.flatnonzero(pp)
-    sub = sub.sort_values(["pid", "tid", "start_ns", "end_ns"], ascending=[True, True, True, False])
-    starts, ends, pos = sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy(), sub["pos"].to_numpy()
-    thread = (sub["pid"].to_numpy() << 24) | sub["tid"].to_numpy()
-    stack: list[int] = []
-    prev_thread = None
-    for i in range(len(sub)):
-        if thread[i] != prev_thread:
-            stack, prev_thread = [], thread[i]
-        while stack and stack[-1] <= starts[i]:
-            stack.pop()
-        depth[pos[i]] = len(stack)
-        stack.append(ends[i])
-    return depth
 
 
 def read_gpus(exp: Export) -> pd.DataFrame | None:

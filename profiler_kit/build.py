@@ -124,7 +124,26 @@ def trace_section(res: TraceResult, top: int) -> Section:
     ranges = t["ranges"]
     if len(ranges):
         sec.sections.append(ranges_section(res, top))
+    if "ranks" in t and len(t["ranks"]) > 1:
+        sec.sections.append(ranks_section(res))
     return sec
+
+
+def ranks_section(res: TraceResult) -> Section:
+    """Several processes launched kernels (a multi-rank export): time per rank."""
+    ranks = res.tables["ranks"]
+    cols = ["rank", "pid", "device_id", "kernels", "comm_kernel_sum_ns", "compute_kernel_sum_ns", "span_ns",
+            "comm_ns", "compute_ns", "idle_ns", "exposed_comm_ns", "comm_hidden_frac", "idle_frac"]  # fmt: skip
+    slow = ranks.loc[ranks["busy_ns"].idxmax()]
+    return Section(
+        "Ranks",
+        text=[
+            f"{len(ranks)} processes launched kernels. Communication (NCCL) and compute time are interval unions per rank; "
+            "'hidden' is communication that ran while a compute kernel ran on the same rank.",
+            f"Rank {int(slow['rank'])} (pid {int(slow['pid'])}) kept its GPU busy longest: {slow['busy_ns'] / 1e6:.3f} ms.",
+        ],
+        tables=[Table("GPU time per rank", ranks[cols], key=f"{res.label}_ranks")],
+    )
 
 
 def ranges_section(res: TraceResult, top: int) -> Section:
@@ -297,12 +316,17 @@ def label_for(path, roots) -> str:
 def analyze_sources(sources, roots, on_each=None) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress)."""
     from analyze.breakdown import analyze_trace
+    from analyze.ranks import summarize_rank_time
     from analyze.sources import read_trace
 
     results = []
     for src in sources:
         trace = read_trace(src)
-        results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, analyze_trace(trace)))
+        tables = analyze_trace(trace)
+        kernels = tables["ops"][tables["ops"]["is_kernel"]]
+        if kernels["pid"].nunique() > 1:
+            tables["ranks"] = summarize_rank_time(kernels)
+        results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, tables))
         if on_each:
             on_each(src)
     return results

@@ -105,8 +105,8 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
 def report(paths, out_dir, fmt, no_html, top, stem):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
-    PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz) or folders,
-    searched recursively. Writes <stem>.md and <stem>.html (charts) to the
+    PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
+    snapshots .pickle) or folders, searched recursively. Writes <stem>.md and <stem>.html (charts) to the
     output folder; with --format csv/json, one <stem>.<table>.<fmt> per table.
     Several traces also get comparison tables.
 
@@ -114,15 +114,18 @@ def report(paths, out_dir, fmt, no_html, top, stem):
     """
     from analyze.sources import TRACE_KINDS, discover
     from profiler_kit.build import analyze_sources, build_report
+    from profiler_kit.build_memory import load_snapshots, memory_sections
     from profiler_kit.output import render_report_files, write_files
 
     sources = discover(list(paths))
     traces = [s for s in sources if s.kind in TRACE_KINDS]
-    if not traces:
-        raise InputError(f"no trace files (.sqlite, .nsys-rep, .qdrep, .json[.gz]) found in {', '.join(paths)}")
+    snapshots = [s.path for s in sources if s.kind == "memory-snapshot"]
+    if not traces and not snapshots:
+        raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
     with progress(traces, "Analysing") as bar:
         results = analyze_sources(bar, paths)
-    rep = build_report(results, top=top)
+    extra = memory_sections(load_snapshots(snapshots), top=top) if snapshots else []
+    rep = build_report(results, top=top, extra=extra)
     files = render_report_files(rep, stem, fmt, html=not no_html)
     echo_written(write_files(out_dir or default_out_dir(paths), files))
 

@@ -61,7 +61,7 @@ class Section:
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
-    sections: list["Section"] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
 
     def walk(self):
         """Yield this section and every nested one, depth first."""

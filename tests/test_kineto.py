@@ -243,7 +243,7 @@ def test_old_format_categories(tmp_path):
     assert trace.gpus.empty
 
 
-def test_range_depth_nests_per_thread(tmp_path):
+def test_nesting_depth_nests_per_thread(tmp_path):
     ua = "user_annotation"
     events = [
         _x(ua, "inner_b", 40, 10),  # out of order on purpose

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FIXTURES, requires_nsys, shared_params
-from nsys_reference import nsys_stats
+from tests.conftest import FIXTURES, requires_nsys, shared_params
+from tests.nsys_reference import nsys_stats
 
 from analyze.breakdown import analyze_trace
 from analyze.errors import InputError

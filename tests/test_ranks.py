@@ -11,17 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analyze.intervals import intersection_length, interval_union, union_length
 from analyze.ranks import (
     compare_variants,
     concat_ranks,
-    intersection_length,
-    interval_union,
     rank_of_pid,
     slowest_rank_per_step,
     step_ranges,
     summarize_rank_time,
     summarize_steps,
-    union_length,
 )
 from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys
 

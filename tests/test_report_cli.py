@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES, ROOT, SHARED_DATA
+from tests.conftest import FIXTURES, ROOT, SHARED_DATA
 
 from profiler_kit.cli import cli
 

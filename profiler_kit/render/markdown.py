@@ -8,7 +8,6 @@ from tabulate import tabulate
 from profiler_kit.render.units import for_display
 from profiler_kit.report import Report, Section
 
-
 MAX_CELL = 100  # characters; long kernel signatures are cut (CSV/JSON keep them whole)
 
 
@@ -23,8 +22,10 @@ def render_table_md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
     """One DataFrame as a GitHub markdown table with display units."""
     if df.empty:
         return "_(no rows)_"
-    shown = for_display(df).astype(object).where(lambda d: d.notna(), "").map(_cell)
-    return tabulate(shown, headers="keys", tablefmt="github", showindex=False, floatfmt=floatfmt)
+    shown = for_display(df)
+    # column lists keep ints as ints (a whole-frame array would turn them into floats)
+    columns = [[_cell(v) if pd.notna(v) else "" for v in shown[c].tolist()] for c in shown.columns]
+    return tabulate(list(zip(*columns, strict=True)), headers=list(shown.columns), tablefmt="github", floatfmt=floatfmt)
 
 
 def _section(sec: Section, level: int, html_name: str | None) -> list[str]:

@@ -11,7 +11,6 @@ import time
 import nvtx
 
 
-
 def busy(ms: float) -> None:
     end = time.perf_counter() + ms / 1000
     while time.perf_counter() < end:
