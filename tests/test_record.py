@@ -145,3 +145,28 @@ def test_sweep_marks_longer_contexts_oom_after_an_oom(tmp_path, monkeypatch):
     assert calls == [8, 16]  # ctx 32 is not launched once ctx 16 ran out of memory
     assert [(r["ctx"], r["status"]) for r in rows] == [(8, "ok"), (16, "oom"), (32, "oom")]
     assert "not run" in rows[2]["error"]
+
+
+TRACED = __import__("pathlib").Path(__file__).resolve().parent.parent / "reports" / "sweep" / "traced"
+
+
+@pytest.mark.skipif(not (TRACED / "small_ctx512_train_bf16").exists(), reason="committed GPU sweep absent")
+def test_build_sweep_on_committed_gpu_run():
+    from profiler_kit.build_sweep import build_sweep_sections, load_runs, read_run_trace, summarize_run_trace
+
+    run_dir = TRACED / "small_ctx512_train_bf16"
+    meta = load_runs([run_dir])[0]
+    row = summarize_run_trace(read_run_trace(run_dir), meta)
+    steps = meta["spec"]["steps"]
+    assert row["forward_ranges"] == steps
+    # independent count from the raw JSON: the top step kernel's launches over the profiled steps
+    with gzip.open(run_dir / "trace.json.gz", "rt") as fh:
+        kernels = [e for e in json.load(fh)["traceEvents"] if e.get("cat") == "kernel"]
+    top = max({e["name"] for e in kernels}, key=lambda n: sum(e["dur"] for e in kernels if e["name"] == n))
+    assert row["top_step_kernel"].rstrip("…") == top[: len(row["top_step_kernel"].rstrip("…"))]
+    assert row["top_step_kernel_per_pass"] == sum(e["name"] == top for e in kernels) / steps
+    assert row["softmax_to_matmul_flop"] == pytest.approx(5 / (4 * 64))  # small: d_head 768 / 12
+    assert abs(row["trace_vs_harness_frac"]) < 0.10  # issue 3's bar for forward time
+    sections = build_sweep_sections([run_dir])
+    timing = sections[0].tables[0].df
+    assert timing.loc[0, "forward_ns"] == pytest.approx(meta["unprofiled"]["phases"]["forward"]["mean"] * 1e6)
