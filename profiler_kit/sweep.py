@@ -63,8 +63,12 @@ def sweep(
     memory: bool = False,
     timeout: int = 1800,
     progress: Callable[[Iterable], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    resume: bool = False,
 ) -> list[dict]:
-    """Record every spec; write ``results.jsonl`` and ``results.md`` in ``out_dir``; return the flat rows."""
+    """Record every spec; write ``results.jsonl`` and ``results.md`` in ``out_dir``; return the flat rows.
+
+    With ``resume``, a cell whose run.json already says "ok" or "oom" is read, not re-run.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     metas: list[dict] = []
@@ -72,7 +76,13 @@ def sweep(
     with progress(specs) as cells:
         for spec in cells:
             group = (spec.size, spec.precision, spec.mode, spec.attention, spec.batch, spec.compile)
-            if group in oom_at:
+            done = out_dir / spec.run_id / "run.json"
+            previous = json.loads(done.read_text()) if resume and done.exists() else {}
+            if previous.get("status") in ("ok", "oom"):
+                meta = previous
+                if meta["status"] == "oom":
+                    oom_at.setdefault(group, spec.ctx)
+            elif group in oom_at:
                 meta = _failed_meta(spec, "oom", f"not run: ctx {oom_at[group]} already ran out of memory")
                 meta["skipped"] = True
                 write_atomic(_mkdir(out_dir / spec.run_id) / "run.json", json.dumps(meta, indent=1))
@@ -111,7 +121,7 @@ def flat_result(meta: dict) -> dict:
 
 def results_markdown(rows: list[dict]) -> str:
     """A markdown table of the flat rows: ms to 2 decimals, GiB to 2, OOM cells marked."""
-    from tabulate import tabulate
+    from workloads.harness import md_table
 
     cols = ["size", "ctx", "mode", "precision", "status"]
     cols += [f"{p}_ms_mean" for p in FLAT_PHASES] + ["profiled_step_wall_ms_mean", "profiling_overhead_frac"]
@@ -126,4 +136,4 @@ def results_markdown(rows: list[dict]) -> str:
         mem = r.get("max_memory_allocated_bytes")
         line.append(f"{mem / 2**30:.2f}" if isinstance(mem, int | float) else "")
         body.append(line)
-    return tabulate(body, headers=cols + ["peak_GiB"], tablefmt="github") + "\n"
+    return md_table(cols + ["peak_GiB"], body) + "\n"

@@ -202,10 +202,15 @@ def flat_row(row: dict) -> dict:
     return out
 
 
+def md_table(headers: list[str], body: list[list]) -> str:
+    """A GitHub markdown table (no tabulate: the GPU machine's Python may lack it)."""
+    lines = ["| " + " | ".join(map(str, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in body]
+    return "\n".join(lines)
+
+
 def markdown_table(rows: list[dict]) -> str:
     """A markdown table of flat rows (ms with 2 decimals, memory in GiB, OOM rows marked)."""
-    from tabulate import tabulate
-
     flat = [flat_row(r) for r in rows]
     cols = list(dict.fromkeys(k for f in flat for k in f))
     body = []
@@ -220,7 +225,7 @@ def markdown_table(rows: list[dict]) -> str:
             line.append("" if v is None else v)
         body.append(line)
     headers = [("peak_GiB" if c == "max_memory_allocated_bytes" else c) for c in cols]
-    return tabulate(body, headers=headers, tablefmt="github")
+    return md_table(headers, body)
 
 
 def write_jsonl(rows: list[dict], path: Path) -> None:
