@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.conftest import FIXTURES, ROOT, SHARED_DATA
+from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys
 
 from profiler_kit.cli import cli
 
@@ -128,3 +128,18 @@ def test_python_dash_m_entry_point():
         [sys.executable, "-m", "profiler_kit", "--help"], capture_output=True, text=True, cwd=Path(ROOT)
     )
     assert out.returncode == 0 and "report" in out.stdout
+
+
+@requires_nsys
+@pytest.mark.skipif(not (SHARED_DATA / "nsys_rep").is_dir(), reason="shared data absent")
+def test_real_nsys_rep_is_exported_once_and_cached(tmp_path):
+    src = next((SHARED_DATA / "nsys_rep").glob("*.nsys-rep"))
+    rep = tmp_path / src.name
+    rep.write_bytes(src.read_bytes())
+    res = run("report", rep, "-o", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    cached = rep.with_suffix(".sqlite")
+    assert cached.is_file()
+    mtime = cached.stat().st_mtime_ns
+    assert run("report", rep, "-o", tmp_path / "out2").exit_code == 0
+    assert cached.stat().st_mtime_ns == mtime  # reused, not exported again
