@@ -24,6 +24,17 @@ ATTN_RANGES = ("computing attention scores", "computing softmax", "final matmul"
 SOFTMAX_FLOPS_PER_SCORE = 5  # max, subtract, exp, sum, divide (the hand-written softmax)
 
 
+def find_run_dirs(paths) -> list[Path]:
+    """Run folders (holding a run.json written by record/sweep) under the given paths, sorted."""
+    found = set()
+    for p in map(Path, paths):
+        if p.is_dir():
+            found.update(f.parent for f in p.rglob("run.json"))
+        elif p.name == "run.json":
+            found.add(p.parent)
+    return sorted(found)
+
+
 def load_runs(run_dirs) -> list[dict]:
     """run.json of each folder, with ``_dir``; sorted by size, precision, mode, context."""
     metas = []

@@ -106,7 +106,10 @@ def report(paths, out_dir, fmt, no_html, top, stem):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
     PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
-    snapshots .pickle) or folders, searched recursively. Writes <stem>.md and <stem>.html (charts) to the
+    snapshots .pickle) or folders, searched recursively. Folders left by
+    `profiler-kit record`/`sweep` (a run.json per run) add the sweep tables:
+    phase times per size x context, top kernel per cell, GEMM share, softmax vs
+    attention matmuls, fp32 vs bf16, profiling overhead. Writes <stem>.md and <stem>.html (charts) to the
     output folder; with --format csv/json, one <stem>.<table>.<fmt> per table.
     Several traces also get comparison tables.
 
@@ -115,6 +118,7 @@ def report(paths, out_dir, fmt, no_html, top, stem):
     from analyze.sources import TRACE_KINDS, discover
     from profiler_kit.build import analyze_sources, build_report
     from profiler_kit.build_memory import load_snapshots, memory_sections
+    from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
     from profiler_kit.output import render_report_files, write_files
 
     sources = discover(list(paths))
@@ -124,7 +128,9 @@ def report(paths, out_dir, fmt, no_html, top, stem):
         raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
     with progress(traces, "Analysing") as bar:
         results = analyze_sources(bar, paths)
-    extra = memory_sections(load_snapshots(snapshots), top=top) if snapshots else []
+    run_dirs = find_run_dirs(paths)
+    extra = build_sweep_sections(run_dirs) if run_dirs else []
+    extra += memory_sections(load_snapshots(snapshots), top=top) if snapshots else []
     rep = build_report(results, top=top, extra=extra)
     files = render_report_files(rep, stem, fmt, html=not no_html)
     echo_written(write_files(out_dir or default_out_dir(paths), files))
