@@ -268,7 +268,12 @@ def _dkdv_inner(
     return dk, dv
 
 
-@triton.autotune(configs=DKDV_CONFIGS, key=_KEY_DKDV, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(
+    configs=DKDV_CONFIGS,
+    key=_KEY_DKDV,
+    prune_configs_by={"early_config_prune": _prune},
+    reset_to_zero=["DQ"],  # atomic dQ accumulates: each autotune trial must start from zero
+)
 @triton.heuristics({"EVEN": _even})
 @triton.jit
 def _bwd_dkdv_kernel(
