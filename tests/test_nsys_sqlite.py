@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.conftest import FIXTURES, requires_nsys, shared_params
-from tests.nsys_reference import nsys_stats
 
 from analyze.breakdown import analyze_trace
 from analyze.errors import InputError
 from analyze.nsys_sqlite import read_nsys_sqlite
+from tests.conftest import FIXTURES, requires_nsys, shared_params
+from tests.nsys_reference import nsys_stats
 
 CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
 SHARED = shared_params("nsys_sqlite", "*.sqlite")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys
 
 from profiler_kit.cli import cli
+from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys
 
 CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
 KINETO_FIXTURE = FIXTURES / "kineto"
