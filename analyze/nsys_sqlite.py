@@ -105,6 +105,20 @@ class Export:
     def has(self, table: str) -> bool:
         return table in self.columns
 
+    def _select_sql(
+        self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], present: str, absent: str, where: str
+    ) -> str:
+        """SELECT of the spec's columns: ``present``/``absent`` format each as it exists or not."""
+        required, optional = spec
+        have = self.columns[table]
+        missing = [c for c in required if c not in have]
+        if missing:
+            raise InputError(
+                f"{self.path}: table {table} lacks required column(s) {', '.join(missing)}; unknown nsys schema"
+            )
+        cols = [(present if c in have else absent).format(c=c) for c in (*required, *optional)]
+        return f'SELECT {", ".join(cols)} FROM "{table}" {where}'
+
     def select(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
         """Read the spec's integer columns of ``table``; NULL and absent columns come back as -1.
 
@@ -112,31 +126,12 @@ class Export:
         (columnar Arrow batches, several times faster than building Python
         tuples), else through sqlite3.
         """
-        required, optional = spec
-        have = self.columns[table]
-        missing = [c for c in required if c not in have]
-        if missing:
-            raise InputError(
-                f"{self.path}: table {table} lacks required column(s) {', '.join(missing)}; unknown nsys schema"
-            )
-        cols = [
-            f'coalesce("{c}", {MISSING}) AS "{c}"' if c in have else f'{MISSING} AS "{c}"'
-            for c in (*required, *optional)
-        ]
-        sql = f'SELECT {", ".join(cols)} FROM "{table}" {where}'
+        sql = self._select_sql(table, spec, f'coalesce("{{c}}", {MISSING}) AS "{{c}}"', f'{MISSING} AS "{{c}}"', where)
         return self.query_columnar(sql) if adbc_sqlite is not None else self.query(sql).astype("int64")
 
     def select_any(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
         """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN."""
-        required, optional = spec
-        have = self.columns[table]
-        missing = [c for c in required if c not in have]
-        if missing:
-            raise InputError(
-                f"{self.path}: table {table} lacks required column(s) {', '.join(missing)}; unknown nsys schema"
-            )
-        cols = [f'"{c}"' if c in have else f'NULL AS "{c}"' for c in (*required, *optional)]
-        return self.query(f'SELECT {", ".join(cols)} FROM "{table}" {where}')
+        return self.query(self._select_sql(table, spec, '"{c}"', 'NULL AS "{c}"', where))
 
     def query_columnar(self, sql: str) -> pd.DataFrame:
         try:
