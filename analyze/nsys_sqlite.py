@@ -141,7 +141,7 @@ class Export:
                     table = cur.fetch_arrow_table()
         except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
             raise InputError(f"{self.path}: corrupt or truncated SQLite file ({str(err).splitlines()[0]})") from None
-        return table.to_pandas()
+        return table.to_pandas(split_blocks=True, self_destruct=True)  # frees Arrow buffers as columns convert
 
     def query(self, sql: str, params: tuple = ()) -> pd.DataFrame:
         try:
