@@ -68,6 +68,9 @@ def parse_run_label(name: str, sidecar: dict | None = None) -> dict:
     return out
 
 
+GENERIC_STEMS = ("memory", "snapshot", "memory_snapshot")
+
+
 def find_snapshots(paths: list[Path]) -> list[Path]:
     """Snapshot files among ``paths``; directories are searched recursively, sorted by path."""
     found = []
@@ -85,6 +88,8 @@ def load_snapshots(paths: list[Path]) -> list[tuple[str, MemorySnapshot, dict]]:
     for path in paths:
         snap = read_memory_snapshot(path)
         label = snapshot_stem(Path(path))
+        if label in GENERIC_STEMS:  # record --memory writes <run_id>/memory.pickle: the folder names the run
+            label = Path(path).parent.name or label
         if label in seen:
             label = f"{Path(path).parent.name}/{label}"
         seen.add(label)

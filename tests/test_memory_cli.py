@@ -128,3 +128,19 @@ def test_help_has_example():
 )
 def test_parse_run_label(name, sidecar, expected):
     assert parse_run_label(name, sidecar) == expected
+
+
+def test_record_folders_label_generic_snapshot_names(tmp_path):
+    """record --memory writes <run_id>/memory.pickle: the run folder, not "memory", labels it."""
+    from profiler_kit.build_memory import load_snapshots
+
+    src = FIXTURES / "memory" / "mlp_full_step_bf16.pickle.gz"
+    paths = []
+    for run_id in ("xl_ctx128_train_bf16", "xl_ctx512_forward_fp32"):
+        (tmp_path / run_id).mkdir()
+        dst = tmp_path / run_id / "memory.pickle.gz"
+        dst.write_bytes(src.read_bytes())
+        paths.append(dst)
+    labels = [(label, fields.get("ctx"), fields.get("precision")) for label, _, fields in load_snapshots(paths)]
+    assert [lab for lab, _, _ in labels] == ["xl_ctx128_train_bf16", "xl_ctx512_forward_fp32"]
+    assert [str(c) for _, c, _ in labels] == ["128", "512"] and [p for _, _, p in labels] == ["bf16", "fp32"]
