@@ -15,6 +15,15 @@ import numpy as np
 import pandas as pd
 
 from analyze.breakdown import gemm_vs_elementwise, gpu_ops, summarize_categories
+from analyze.flops import (
+    ADAMW_KERNELS_PER_TENSOR,
+    adamw_bytes,
+    gemm_peak_key,
+    kernel_time_in_ranges,
+    parameter_tensors,
+    rate,
+    step_flops,
+)
 from analyze.projection import launches, project_nvtx, summarize_projection
 from profiler_kit.report import Section, Table
 
@@ -22,6 +31,8 @@ SIZE_ORDER = {s: i for i, s in enumerate(["tiny", "small", "medium", "large", "x
 PHASES = ("forward", "backward", "optimizer", "step_wall")
 ATTN_RANGES = ("computing attention scores", "computing softmax", "final matmul")
 SOFTMAX_FLOPS_PER_SCORE = 5  # max, subtract, exp, sum, divide (the hand-written softmax)
+CALIBRATION_FILE = "calibration.json"  # as profiler_kit.run writes it
+NOT_MEASURED = "not measured"
 
 
 def find_run_dirs(paths) -> list[Path]:
@@ -182,8 +193,210 @@ def summarize_run_trace(trace, meta: dict) -> dict:
     return out
 
 
-def build_sweep_sections(run_dirs) -> list[Section]:
-    """Sections answering FACTS.md §1 from recorded run folders (each with run.json, maybe a trace)."""
+def find_calibration(meta: dict, roots=()) -> tuple[dict | None, str]:
+    """The ceilings measured on this run's GPU, and where they came from ("not measured" when none).
+
+    run.json's ``calibration`` first; else a calibration.json in the run folder
+    or a parent of it, up to the deepest of ``roots`` (the paths the report was
+    given) that contains the folder; without roots, only the run folder itself.
+    A calibration of another device than the run's GPU is not this run's ceiling
+    and is skipped.
+    """
+    device = (meta.get("gpu") or {}).get("name", "cpu")
+    if (meta.get("calibration") or {}).get("device") == device:
+        return meta["calibration"], "run.json"
+    run_dir = Path(meta["_dir"]).resolve()
+    stops = {r.resolve(): r for r in map(Path, roots) if r.resolve() == run_dir or r.resolve() in run_dir.parents}
+    stop = max(stops, key=lambda r: len(r.parts)) if stops else run_dir
+    shown = stops.get(stop, Path(meta["_dir"]))  # paths as the caller spelled them, not machine-specific
+    for folder in (run_dir, *run_dir.parents):
+        f = folder / CALIBRATION_FILE
+        if f.is_file():
+            cal = json.loads(f.read_text())
+            if cal.get("device") == device:
+                return cal, str(shown / f.relative_to(stop))
+        if folder == stop:
+            break
+    return None, NOT_MEASURED
+
+
+def _gemm_peak(meta: dict, cal: dict | None) -> tuple[str, str, float]:
+    """(calibration dtype key, why, TFLOP/s or NaN) of the GEMM ceiling for the run's precision."""
+    spec = meta.get("spec", {})
+    allow_tf32 = (meta.get("matmul") or {}).get("allow_tf32")
+    key, why = gemm_peak_key(spec.get("precision", "fp32"), allow_tf32)
+    peak = ((cal or {}).get("gemm") or {}).get(key, {}).get("tflops", np.nan)
+    return key, why, peak
+
+
+def throughput_row(trace, meta: dict, cal: dict | None, source: str) -> dict:
+    """Achieved GEMM TFLOP/s, whole-step MFU and AdamW bytes/s of one traced run against its ceilings.
+
+    GEMM kernel time is the "gemm" category launched inside the profiled
+    "step" ranges (any thread: backward launches from autograd's thread), per
+    step; its FLOPs are the linear layers plus QK^T and PV (cuBLAS kernels, so
+    category gemm too). MFU uses the harness's unprofiled step time. AdamW
+    bytes are exact operand bytes of the hand-written optimizer (analyze.flops)
+    and are given only when the trace shows its 9 kernels per parameter tensor.
+    """
+    spec = meta.get("spec", {})
+    model = meta.get("model") or {}
+    ops = gpu_ops(trace)
+    launched = launches(ops, trace.runtime)
+    names = trace.nvtx["name"].astype(str)
+    steps = trace.nvtx[names == "step"]
+    key, why, peak = _gemm_peak(meta, cal)
+    flops = step_flops(model, spec.get("mode", "train"))
+    gemm = kernel_time_in_ranges(steps, ops, launched, ["gemm"])
+    n_steps = len(steps)
+    gemm_ns = gemm["kernel_ns"].sum() / n_steps if n_steps else np.nan
+    step_ns = _phase(meta, "unprofiled", "step_wall")
+    # QK^T and PV are cuBLAS GEMMs only in the reference attention; fused attention kernels are category attention
+    gemm_flops = flops["total"] if spec.get("attention", "reference") == "reference" else flops["gemm"]
+    achieved = rate(gemm_flops, gemm_ns) / 1e12
+    row = {
+        **_labels(meta),
+        "ceilings": source,
+        "peak_dtype": key,
+        "model_tflop_per_step": flops["total"] / 1e12,
+        "attention_matmul_flop_frac": flops["attention"] / flops["total"],
+        "profiled_steps": n_steps,
+        "gemm_kernels_per_step": gemm["kernels"].sum() / n_steps if n_steps else np.nan,
+        "gemm_tflop_per_step": gemm_flops / 1e12,
+        "gemm_kernel_ns": gemm_ns,
+        "gemm_tflop_per_s": achieved,
+        "peak_tflop_per_s": peak,
+        "gemm_of_peak_frac": achieved / peak,
+        "step_ns": step_ns,
+        "mfu_frac": rate(flops["total"], step_ns) / 1e12 / peak,
+        "peak_note": why,
+    }
+    opt = trace.nvtx[names == "optimizer"]
+    tensors, _ = parameter_tensors(model)
+    if spec.get("mode") == "train" and not spec.get("fused_adamw") and len(opt):
+        k = kernel_time_in_ranges(opt, ops, launched)
+        if (k["kernels"] == ADAMW_KERNELS_PER_TENSOR * tensors).all():
+            gb_s = rate(adamw_bytes(model), k["kernel_ns"].mean()) / 1e9
+            copy = ((cal or {}).get("copy") or {}).get("bytes_per_s", np.nan) / 1e9
+            row.update(
+                adamw_gb_per_step=adamw_bytes(model) / 1e9,
+                adamw_kernel_ns=k["kernel_ns"].mean(),
+                adamw_gb_per_s=gb_s,
+                copy_peak_gb_per_s=copy,
+                adamw_of_copy_peak_frac=gb_s / copy,
+            )
+    return row
+
+
+def mfu_table(metas: list[dict], roots=()) -> pd.DataFrame:
+    """Whole-step MFU of every ok run with model shapes: model FLOPs / unprofiled step / GEMM peak."""
+    rows = []
+    for m in metas:
+        if m.get("status") != "ok" or not m.get("model") or m.get("spec", {}).get("workload", "lm") != "lm":
+            continue
+        cal, source = find_calibration(m, roots)
+        key, why, peak = _gemm_peak(m, cal)
+        flops = step_flops(m["model"], m["spec"].get("mode", "train"))["total"]
+        step_ns = _phase(m, "unprofiled", "step_wall")
+        achieved = rate(flops, step_ns) / 1e12
+        rows.append(
+            {
+                **_labels(m),
+                "model_tflop_per_step": flops / 1e12,
+                "step_ns": step_ns,
+                "achieved_tflop_per_s": achieved,
+                "peak_dtype": key,
+                "peak_tflop_per_s": peak,
+                "mfu_frac": achieved / peak,
+                "ceilings": source,
+                "peak_note": why,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _ceiling_text(cal_sources: list[str], assumed_fp32: bool, fp32_max_frac: float) -> list[str]:
+    measured = sorted({s for s in cal_sources if s != NOT_MEASURED})
+    missing = sum(s == NOT_MEASURED for s in cal_sources)
+    text = [
+        "FLOPs are analytic, from the recorded shapes (analyze.flops): per forward pass "
+        "L*(8*T*d^2 + 6*T*d*d_ff) + 2*T*d*vocab for the linear layers and L*4*B*H*N^2*d_head for QK^T and PV "
+        "(the full N x N scores: the reference attention masks, it does not skip the masked half); "
+        "backward = 2x forward; train and forward_backward steps = 3x forward. "
+        "GEMM TFLOP/s = those FLOPs / kernel time of category gemm in the profiled steps. "
+        "MFU = model FLOPs per step / harness step time without profiler / the GEMM ceiling of the run's precision, "
+        "measured on this GPU (8192^3 matmul, workloads.calibrate)."
+    ]
+    if measured:
+        text.append(f"Ceilings from: {', '.join(measured)}.")
+    if missing:
+        text.append(
+            f"This GPU's ceilings were not measured for {missing} run(s) (no calibration in run.json and no "
+            f"{CALIBRATION_FILE} beside them): their fractions of peak are left empty "
+            "(record with --calibrate, or sweep --calibrate)."
+        )
+    if assumed_fp32:
+        text.append(
+            "fp32 runs: allow_tf32 was not recorded in their run.json; PyTorch's default (off) is assumed, "
+            "so they are compared with the fp32 (not TF32) ceiling."
+            + (
+                f" Consistent with that, no fp32 run exceeds it (highest whole-step fraction {fp32_max_frac:.1%})."
+                if fp32_max_frac <= 1
+                else f" An fp32 run reaches {fp32_max_frac:.1%} of it, so TF32 may have been on."
+            )
+            if np.isfinite(fp32_max_frac)
+            else ""
+        )
+    text.append(
+        "Bytes/s of the memory-bound categories (elementwise, memory, reduction) are not given: "
+        "that needs per-kernel byte counts, which the trace does not carry. "
+        "The hand-written AdamW is the exception: its bytes follow exactly from the parameter count, "
+        "23 fp32 operand reads/writes per parameter element over its 9 kernels per tensor "
+        "(p*=1-lr*wd; m*=b1; m+=(1-b1)g; v*=b2; v+=(1-b2)g*g; s=sqrt(v); s/=c; s+=eps; p-=a*m/s), "
+        "shown only when the trace has exactly those 9 kernels per parameter tensor; "
+        "it counts each kernel's operands, so L2 hits make real DRAM traffic slightly lower, and the copy "
+        "ceiling (one read per write) is not the limit of read-heavy kernels: fractions near or above 100% "
+        "mean the optimizer runs at this GPU's memory bandwidth."
+    )
+    return text
+
+
+def throughput_section(throughput: list[dict], mfu: pd.DataFrame) -> Section | None:
+    """The "achieved vs this GPU's ceilings" section (None when there is nothing to show)."""
+    tables = []
+    sources = []
+    assumed = False
+    if throughput:
+        t = pd.DataFrame(throughput)
+        sources += t["ceilings"].tolist()
+        assumed |= t["peak_note"].str.startswith("allow_tf32 not recorded").any()
+        tables.append(
+            Table(
+                "Achieved throughput vs this GPU's ceilings",
+                t.drop(columns="peak_note"),
+                note="Traced runs. gemm_kernel_ns and adamw_kernel_ns are per profiled step.",
+                key="sweep_throughput",
+            )
+        )
+    if len(mfu):
+        sources += mfu["ceilings"].tolist()
+        assumed |= mfu["peak_note"].str.startswith("allow_tf32 not recorded").any()
+        tables.append(
+            Table("Whole-step MFU per run (harness, no profiler)", mfu.drop(columns="peak_note"), key="sweep_mfu")
+        )
+    if not tables:
+        return None
+    fp32 = mfu[mfu["peak_dtype"] == "fp32"]["mfu_frac"] if len(mfu) else pd.Series(dtype=float)
+    fp32_max = fp32.max() if fp32.notna().any() else np.nan
+    return Section("Achieved throughput vs this GPU's ceilings", _ceiling_text(sources, assumed, fp32_max), tables)
+
+
+def build_sweep_sections(run_dirs, roots=()) -> list[Section]:
+    """Sections answering FACTS.md §1 from recorded run folders (each with run.json, maybe a trace).
+
+    ``roots`` are the paths the report was given: calibration.json files are
+    looked up from each run folder up to them (see ``find_calibration``).
+    """
     metas = load_runs(run_dirs)
     if not metas:
         return []
@@ -218,13 +431,15 @@ def build_sweep_sections(run_dirs) -> list[Section]:
                 [Table("Profiled vs unprofiled step time", over)],
             )
         )
-    kernel_rows = []
+    kernel_rows, throughput = [], []
     for m in metas:
         if m.get("status") != "ok":
             continue
         trace = read_run_trace(m["_dir"])
         if trace is not None:
             kernel_rows.append(summarize_run_trace(trace, m))
+            if m.get("model") and m.get("spec", {}).get("workload", "lm") == "lm":
+                throughput.append(throughput_row(trace, m, *find_calibration(m, roots)))
     if kernel_rows:
         k = pd.DataFrame(kernel_rows)
         text = []
@@ -267,4 +482,7 @@ def build_sweep_sections(run_dirs) -> list[Section]:
                 ],
             )
         )
+    ceilings = throughput_section(throughput, mfu_table(_timing_runs(metas), roots))
+    if ceilings is not None:
+        sections.append(ceilings)
     return sections

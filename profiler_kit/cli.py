@@ -109,7 +109,8 @@ def report(paths, out_dir, fmt, no_html, top, stem):
     snapshots .pickle) or folders, searched recursively. Folders left by
     `profiler-kit record`/`sweep` (a run.json per run) add the sweep tables:
     phase times per size x context, top kernel per cell, GEMM share, softmax vs
-    attention matmuls, fp32 vs bf16, profiling overhead. Writes <stem>.md and <stem>.html (charts) to the
+    attention matmuls, fp32 vs bf16, profiling overhead, achieved GEMM TFLOP/s
+    and MFU against the GPU's calibrated ceilings (calibration.json). Writes <stem>.md and <stem>.html (charts) to the
     output folder; with --format csv/json, one <stem>.<table>.<fmt> per table.
     Several traces also get comparison tables.
 
@@ -129,7 +130,7 @@ def report(paths, out_dir, fmt, no_html, top, stem):
     with progress(traces, "Analysing") as bar:
         results = analyze_sources(bar, paths)
     run_dirs = find_run_dirs(paths)
-    extra = build_sweep_sections(run_dirs) if run_dirs else []
+    extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
     extra += memory_sections(load_snapshots(snapshots), top=top) if snapshots else []
     rep = build_report(results, top=top, extra=extra)
     files = render_report_files(rep, stem, fmt, html=not no_html)
@@ -299,7 +300,8 @@ def record(
     (data-parallel training, --variant --nproc). Backend auto uses nsys where it
     can trace this machine, else the PyTorch profiler; "none" only times.
     run.json holds the spec, versions, GPU, step times without and with the
-    profiler, and peak memory.
+    profiler, and peak memory; --calibrate measures this GPU's GEMM and copy
+    ceilings into OUT_DIR/calibration.json, which later runs into OUT_DIR copy.
 
     Example: profiler-kit record xl --ctx 512 --precision bf16 --memory -o outputs/
     """
@@ -383,14 +385,18 @@ def _csv_list(cast):
 @click.option("--memory", is_flag=True, help="A CUDA memory snapshot per cell.")
 @click.option("--timeout", type=click.IntRange(1), default=1800, show_default=True, help="Seconds per cell.")
 @click.option("--resume", is_flag=True, help="Keep cells whose run.json already says ok or oom.")
+@click.option("--calibrate", is_flag=True, help="First measure this GPU's ceilings into OUT_DIR/calibration.json.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
 @click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs/sweep"), show_default=True)
-def sweep(sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, resume, device, out_dir):
+def sweep(
+    sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, resume, calibrate, device, out_dir
+):
     """Record a grid of sizes x contexts x modes x precisions, one fresh process per cell.
 
     An OOM or crash in one cell is a row of results.jsonl / results.md, not the
     end of the sweep; longer contexts of a group that ran out of memory are
-    marked OOM without being run. Each cell leaves OUT_DIR/<run_id>/run.json.
+    marked OOM without being run. Each cell leaves OUT_DIR/<run_id>/run.json
+    (with --calibrate, the ceilings measured once into OUT_DIR/calibration.json).
 
     Example: profiler-kit sweep --sizes small,xl --ctx 128,512 --modes forward,train -o outputs/sweep
     """
@@ -403,7 +409,21 @@ def sweep(sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory,
         )
     except ValueError as err:
         raise click.BadParameter(str(err)) from None
-    rows = run_sweep(specs, backend, out_dir, memory, timeout, progress=lambda s: progress(s, "sweep"), resume=resume)
+    from profiler_kit.run import RecordError
+
+    try:
+        rows = run_sweep(
+            specs,
+            backend,
+            out_dir,
+            memory,
+            timeout,
+            progress=lambda s: progress(s, "sweep"),
+            resume=resume,
+            calibrate=calibrate,
+        )
+    except RecordError as err:
+        raise click.ClickException(str(err)) from None
     bad = sum(r["status"] != "ok" for r in rows)
     click.echo(f"{len(rows)} cells, {bad} not ok (OOM or error)", err=True)
     echo_written([out_dir / "results.jsonl", out_dir / "results.md"])

@@ -4,8 +4,18 @@
 - ``trace.sqlite`` (+ ``trace.nsys-rep``): Nsight Systems export, nsys backend;
 - ``memory.pickle``: CUDA memory snapshot (``memory=True``, GPU runs);
 - ``run.json``: always; the RunSpec, library versions, GPU, harness timings
-  without and with the profiler (so its overhead is visible), peak memory and,
-  when measured or cached, this GPU's calibration figures.
+  without and with the profiler (so its overhead is visible), peak memory, the
+  fp32 matmul settings (``matmul``: allow_tf32, float32_matmul_precision) and,
+  when measured or cached, this GPU's calibration figures (``calibration``).
+
+Calibration (this GPU's GEMM TFLOP/s per dtype and copy bytes/s,
+workloads.calibrate) lives in two places: ``out_dir/calibration.json``, measured
+by ``record(calibrate=True)`` (``profiler-kit record --calibrate``) or once per
+sweep before its cells (``profiler-kit sweep --calibrate``); and a copy in the
+``calibration`` key of every run.json recorded into that ``out_dir`` on the same
+GPU model. The report takes run.json's copy, else the nearest calibration.json
+from the run folder up to the folder it was given, and says "not measured"
+when there is neither.
 
 Backend ``none`` only times (run.json without a trace). ``auto`` picks nsys
 when it is installed and can trace this machine (CPU-only runs, or a CUDA probe
@@ -224,6 +234,16 @@ def gpu_info(device: str) -> dict | None:
     }
 
 
+def matmul_settings() -> dict:
+    """Whether fp32 matmuls may use TF32 tensor cores: picks the ceiling an fp32 run is compared with."""
+    import torch
+
+    return {
+        "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
 def load_or_measure_calibration(out_dir: Path, device: str, measure: bool) -> dict | None:
     """This GPU's calibration: measured when asked (and cached in out_dir), else the cached one if it matches."""
     from workloads.calibrate import calibrate
@@ -337,6 +357,7 @@ def record(
         "command": " ".join(sys.argv),
         "versions": versions(),
         "gpu": gpu_info(spec.device),
+        "matmul": matmul_settings(),
         "memory_history": bool(memory and cuda),
     }
     if backend == "nsys":

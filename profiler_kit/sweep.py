@@ -5,6 +5,10 @@ bad state) from poisoning the cells after it. Cells are ordered by context
 length within each (size, precision, mode); once one OOMs, the longer contexts
 of that group are not launched and are written as OOM rows that say so (peak
 memory grows with context length, so they cannot fit).
+
+With ``calibrate``, this GPU's ceilings are measured once, in a fresh process,
+into ``out_dir/calibration.json`` before the cells; each cell (recorded into the
+same ``out_dir``) then copies them into its run.json (profiler_kit.run).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from profiler_kit.run import _env, _tail, write_atomic
+from profiler_kit.run import CALIBRATION_FILE, RecordError, _env, _tail, write_atomic
 
 FLAT_PHASES = ("forward", "backward", "optimizer", "step_wall")
 
@@ -56,6 +60,22 @@ def run_cell(spec, backend: str, out_dir: Path, memory: bool = False, timeout: i
     return meta
 
 
+def measure_calibration(out_dir: Path, device: str, timeout: int = 600) -> Path:
+    """Run workloads.calibrate for ``device`` in a subprocess; its JSON lands in ``out_dir/calibration.json``."""
+    out = Path(out_dir) / CALIBRATION_FILE
+    tmp = out.with_name(f".{out.name}.tmp")
+    cmd = [sys.executable, "-m", "workloads.calibrate", "--device", device, "--out", str(tmp)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RecordError(f"calibration gave no result within {timeout} s") from None
+    if proc.returncode != 0 or not tmp.exists():
+        raise RecordError(f"calibration failed (exit {proc.returncode}): {_tail(proc.stderr, 800)}")
+    tmp.chmod(0o644)
+    tmp.replace(out)
+    return out
+
+
 def sweep(
     specs: list,
     backend: str,
@@ -64,13 +84,17 @@ def sweep(
     timeout: int = 1800,
     progress: Callable[[Iterable], contextlib.AbstractContextManager] = contextlib.nullcontext,
     resume: bool = False,
+    calibrate: bool = False,
 ) -> list[dict]:
     """Record every spec; write ``results.jsonl`` and ``results.md`` in ``out_dir``; return the flat rows.
 
     With ``resume``, a cell whose run.json already says "ok" or "oom" is read, not re-run.
+    With ``calibrate``, the ceilings are measured first (``measure_calibration``).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if calibrate and specs:
+        measure_calibration(out_dir, specs[0].device)
     metas: list[dict] = []
     oom_at: dict[tuple, int] = {}
     with progress(specs) as cells:

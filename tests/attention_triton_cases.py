@@ -22,12 +22,12 @@ from workloads.flash_triton import FlashAttention2Triton, triton_forward  # noqa
 @pytest.mark.parametrize("seq", [16, 37, 80])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [16, 32])
-@pytest.mark.parametrize("atomic_dq", [False, True])
-def test_triton_matches_reference_fp32(seq, causal, d, atomic_dq):
+@pytest.mark.parametrize("bwd_mode", ["two_kernel", "atomic", "tma"])
+def test_triton_matches_reference_fp32(seq, causal, d, bwd_mode):
     gen = torch.Generator().manual_seed(seq * 100 + d + causal)
     q, k, v = (torch.randn(2, seq, d, generator=gen, requires_grad=True) for _ in range(3))
     do = torch.randn(2, seq, d, generator=gen)
-    o = FlashAttention2Triton.apply(q, k, v, causal, atomic_dq)
+    o = FlashAttention2Triton.apply(q, k, v, causal, bwd_mode)
     o.backward(do)
     _, lse = triton_forward(q.detach(), k.detach(), v.detach(), causal)
     ref = reference_attention(q, k, v, causal, do)
@@ -39,10 +39,11 @@ def test_triton_matches_reference_fp32(seq, causal, d, atomic_dq):
 # bf16 is checked on the GPU only: Triton 3.6's interpreter computes tl.dot on
 # bf16 operands wrongly (a 16x16 bf16 product is off by ~1e10 there).
 @pytest.mark.parametrize("dtype", [torch.float16])
-def test_triton_half_precision_and_4d(dtype):
+@pytest.mark.parametrize("bwd_mode", [False, "two_kernel", "atomic", "tma"])
+def test_triton_half_precision_and_4d(dtype, bwd_mode):
     gen = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(1, 2, 48, 16, generator=gen).to(dtype).requires_grad_() for _ in range(3))
-    o = FlashAttention2Triton.apply(q, k, v, True)
+    o = FlashAttention2Triton.apply(q, k, v, True, bwd_mode)
     assert o.dtype == dtype and o.shape == q.shape
     do = torch.randn(o.shape, generator=gen).to(dtype)
     o.backward(do)
@@ -50,3 +51,9 @@ def test_triton_half_precision_and_4d(dtype):
     for name, got in [("o", o), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
         assert got.dtype == dtype
         torch.testing.assert_close(got.double(), ref[name], atol=1e-2, rtol=1e-2, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_unknown_backward_mode_is_refused():
+    q = torch.randn(1, 16, 16, requires_grad=True)
+    with pytest.raises(ValueError, match="backward mode"):
+        FlashAttention2Triton.apply(q, q, q, True, "nope")

@@ -15,9 +15,14 @@ pays nothing).
 - Backward: ``D = rowsum(dO * O)`` in a small kernel, then two kernels with no
   race on dQ: one program per key tile accumulates dK, dV over query tiles;
   one program per query tile accumulates dQ over key tiles. Each gradient tile
-  has exactly one writer, so no atomics and results are deterministic. The
-  alternative (``atomic_dq=True``) adds dQ shares with fp32 atomics from the
-  dK/dV kernel instead, saving the recomputation of S and dP.
+  has exactly one writer, so no atomics and results are deterministic. Two
+  alternatives add each tile's dQ share into an fp32 buffer from the dK/dV
+  kernel instead, saving the recomputation of S and dP (5 matmuls instead of
+  7): ``"atomic"`` with per-element fp32 atomics, ``"tma"`` with one bulk
+  tensor reduce (TMA ``cp.reduce.async.bulk``, Hopper and later) per tile.
+  ``DEFAULT_BWD`` says which one 16-bit inputs get on the GPU (measured in
+  benchmarks/results/attention/README.md, run 4); fp32 inputs and pre-Hopper
+  GPUs use the two-kernel backward.
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton).
@@ -28,6 +33,7 @@ the CPU (tests do); a single small tile config is then used.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -61,13 +67,31 @@ def _interpreter_numpy_shim() -> None:
     patched._numpy_shim = True
     interpreter._patch_lang_tensor = patched
 
+    def create_descriptor_reduce(self, kind, desc, value, indices):
+        """Tensor-descriptor ``atomic_add`` (missing from the 3.6 interpreter) as a masked elementwise atomic add."""
+        from triton._C.libtriton import ir
+
+        if kind != ir.DESCRIPTOR_REDUCE_KIND.ADD:
+            raise NotImplementedError(f"descriptor reduce {kind}")
+        ptrs, mask = desc.materialize_pointers(indices)
+        return self.create_atomic_rmw(ir.ATOMIC_OP.FADD, ptrs, value, mask, ir.MEM_SEMANTIC.RELAXED, None)
+
+    if not hasattr(interpreter.InterpreterBuilder, "create_descriptor_reduce"):
+        interpreter.InterpreterBuilder.create_descriptor_reduce = create_descriptor_reduce
+
 
 if INTERPRET:
     _interpreter_numpy_shim()
 
 
-def _cfg(bm, bn, warps, stages):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+def _dq_desc_hook(nargs):
+    """Give the dQ reduce descriptor the tile shape of the config being launched."""
+    if not isinstance(nargs["DQ_DESC"], torch.Tensor):
+        nargs["DQ_DESC"].block_shape = [nargs["BLOCK_M"], nargs["HEAD_DIM"]]
+
+
+def _cfg(bm, bn, warps, stages, hook=None):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, pre_hook=hook)
 
 
 # Candidates for Hopper (H100/H200). BLOCK_M must be a multiple of BLOCK_N for
@@ -107,8 +131,19 @@ else:
 FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice the shared memory
 
 
+DEFAULT_BWD = "two_kernel"  # for 16-bit inputs on Hopper; see the module docstring
+BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
+
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
+if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warps, stages], ...], "dkdv", "dq", "bwd"}
+    _override = json.loads(os.environ["FLASH_TRITON_CONFIGS"])
+    FWD_CONFIGS = [_cfg(*c) for c in _override.get("fwd", [])] or FWD_CONFIGS
+    DKDV_CONFIGS = [_cfg(*c) for c in _override.get("dkdv", [])] or DKDV_CONFIGS
+    DQ_CONFIGS = [_cfg(*c) for c in _override.get("dq", [])] or DQ_CONFIGS
+    DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
+DKDV_CONFIGS = [_cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, _dq_desc_hook)
+                for c in DKDV_CONFIGS]  # fmt: skip
 
 
 def _prune(configs, named_args, **kwargs):
@@ -119,7 +154,7 @@ def _prune(configs, named_args, **kwargs):
     if named_args["Q"].dtype == torch.float32 and not INTERPRET:
         configs = FP32_CONFIGS
     kept = [c for c in configs if c.kwargs["BLOCK_M"] <= cap and c.kwargs["BLOCK_N"] <= cap]
-    if kwargs.get("ATOMIC_DQ"):  # fewer, larger query tiles: fewer atomics
+    if kwargs.get("DQ_MODE") == 1:  # fewer, larger query tiles: fewer atomics
         kept = [c for c in kept if c.kwargs["BLOCK_M"] >= 64] or kept
     if d is not None and d >= 128:
         kept = [c for c in kept if not (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128 and c.num_warps < 8)]
@@ -131,7 +166,7 @@ def _even(args):
 
 
 _KEY = ["N_CTX", "HEAD_DIM", "IS_CAUSAL"]
-_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "ATOMIC_DQ"]
+_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE"]
 
 
 # ---------------------------------------------------------------- forward
@@ -234,8 +269,9 @@ def _bwd_delta_kernel(Out, DO, D, N_CTX, HEAD_DIM: tl.constexpr, BLOCK: tl.const
 
 @triton.jit
 def _dkdv_inner(
-    dk, dv, k, v, q_base, do_base, dq_base, l_base, d_base, offs_n, offs_d, lo, hi, N_CTX, qk_scale, sm_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    dk, dv, k, v, q_base, do_base, dq_base, dq_desc, dq_row0, l_base, d_base, offs_n, offs_d, lo, hi, N_CTX,
+    qk_scale, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -257,14 +293,17 @@ def _dkdv_inner(
             delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)
         dp_t = tl.dot(v, tl.trans(do))
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk)
-        if ATOMIC_DQ:
-            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk)
+        if DQ_MODE == 1:
+            dq = tl.dot(tl.trans(ds_t), k) * sm_scale
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
             else:
                 tl.atomic_add(dq_base + row_off, dq, mask=offs_m[:, None] < N_CTX, sem="relaxed")
+        elif DQ_MODE == 2:
+            # rows past N_CTX have p = 0, so their share is exactly zero (and the next head's rows absorb zeros)
+            dq_desc.atomic_add([dq_row0 + start_m, 0], tl.dot(tl.trans(ds_t), k) * sm_scale)
     return dk, dv
 
 
@@ -277,18 +316,20 @@ def _dkdv_inner(
 @triton.heuristics({"EVEN": _even})
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ, L, D, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    Q, K, V, DO, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
 
-    With ``ATOMIC_DQ`` it also adds each tile's dQ share into fp32 ``DQ`` with
-    atomics (no second pass over S and dP; more memory traffic).
+    ``DQ_MODE`` 1 also adds each tile's dQ share into fp32 ``DQ`` with
+    elementwise atomics, 2 with one bulk tensor reduce per tile through
+    ``DQ_DESC`` (a descriptor over ``DQ`` viewed as ``(batch*heads*N_CTX, HEAD_DIM)``).
     """
     pid_n = tl.program_id(0)  # causal: early key tiles see the most queries, so they already run first
     off_bh = tl.program_id(1).to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
+    dq_row0 = tl.program_id(1) * N_CTX
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
@@ -306,17 +347,17 @@ def _bwd_dkdv_kernel(
     if IS_CAUSAL:
         start = pid_n * BLOCK_N
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, DQ + base, lrow, drow, offs_n, offs_d, start, start + BLOCK_N, N_CTX, qk_scale, sm_scale,
-            HEAD_DIM, BLOCK_M, True, EVEN, ATOMIC_DQ,
+            dk, dv, k, v, Q + base, DO + base, DQ + base, DQ_DESC, dq_row0, lrow, drow, offs_n, offs_d,
+            start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, DQ + base, lrow, drow, offs_n, offs_d, start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale,
-            HEAD_DIM, BLOCK_M, False, EVEN, ATOMIC_DQ,
+            dk, dv, k, v, Q + base, DO + base, DQ + base, DQ_DESC, dq_row0, lrow, drow, offs_n, offs_d,
+            start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
         )  # fmt: skip
     else:
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, DQ + base, lrow, drow, offs_n, offs_d, 0, N_CTX, N_CTX, qk_scale, sm_scale,
-            HEAD_DIM, BLOCK_M, False, EVEN, ATOMIC_DQ,
+            dk, dv, k, v, Q + base, DO + base, DQ + base, DQ_DESC, dq_row0, lrow, drow, offs_n, offs_d,
+            0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
         )  # fmt: skip
     dk = dk * sm_scale
     if EVEN:
@@ -417,8 +458,19 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"unsupported dtype {q.dtype}")
 
 
-@torch.library.custom_op("workloads::flash2_triton_fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _launch(kernel, grid, args, consts, config):
+    """Autotuned launch, or (``config=(BLOCK_M, BLOCK_N, num_warps, num_stages)``) one fixed config."""
+    if config is None:
+        kernel[grid](*args, **consts)
+    else:
+        bm, bn, warps, stages = config
+        kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+
+
+def forward_kernels(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, config: tuple | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward on contiguous ``(batch*heads, seq, d)`` tensors: ``(O, L)``; ``config`` skips autotuning."""
     bh, n, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((bh, n), dtype=torch.float32, device=q.device)
@@ -426,8 +478,69 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) 
     def grid(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]), bh)
 
-    _fwd_kernel[grid](q, k, v, o, lse, 1.0 / math.sqrt(d), n, HEAD_DIM=d, IS_CAUSAL=is_causal)
+    args = (q, k, v, o, lse, 1.0 / math.sqrt(d), n)
+    _launch(_fwd_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, config)
     return o, lse
+
+
+def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
+    """``None``/``False`` -> the default for this input, ``True`` -> ``"atomic"``, a name -> itself."""
+    if mode is True:
+        return "atomic"
+    if mode is None or mode is False:
+        hopper = INTERPRET or (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9)
+        return DEFAULT_BWD if hopper and q.dtype != torch.float32 else "two_kernel"
+    if mode not in BWD_MODES:
+        raise ValueError(f"backward mode must be one of {sorted(BWD_MODES)}, got {mode!r}")
+    return mode
+
+
+def backward_kernels(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    is_causal: bool,
+    mode: str = "two_kernel",
+    dkdv_config: tuple | None = None,
+    dq_config: tuple | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward on contiguous ``(batch*heads, seq, d)`` tensors: ``(dQ, dK, dV)``; configs skip autotuning."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bh, n, d = q.shape
+    do = do.contiguous()
+    delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+    block = 64 if INTERPRET else 128
+    _bwd_delta_kernel[(triton.cdiv(n, block), bh)](o, do, delta, n, HEAD_DIM=d, BLOCK=block)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    mode_id = BWD_MODES[mode]
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
+    dq_desc = dq
+    if mode_id == 2:  # block shape set per config by _dq_desc_hook (or below for a fixed config)
+        dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [dkdv_config[0] if dkdv_config else 16, d])
+    scale = 1.0 / math.sqrt(d)
+
+    def grid_n(meta):
+        return (triton.cdiv(n, meta["BLOCK_N"]), bh)
+
+    def grid_m(meta):
+        return (triton.cdiv(n, meta["BLOCK_M"]), bh)
+
+    args = (q, k, v, do, dk, dv, dq, dq_desc, lse, delta, scale, n)
+    _launch(_bwd_dkdv_kernel, grid_n, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id}, dkdv_config)
+    if mode_id:
+        return dq.to(q.dtype), dk, dv
+    args = (q, k, v, do, dq, lse, delta, scale, n)
+    _launch(_bwd_dq_kernel, grid_m, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, dq_config)
+    return dq, dk, dv
+
+
+@torch.library.custom_op("workloads::flash2_triton_fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return forward_kernels(q, k, v, is_causal)
 
 
 @_fwd_op.register_fake
@@ -444,34 +557,13 @@ def _bwd_op(
     o: torch.Tensor,
     lse: torch.Tensor,
     is_causal: bool,
-    atomic_dq: bool,
+    mode: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    bh, n, d = q.shape
-    do = do.contiguous()
-    delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
-    block = 64 if INTERPRET else 128
-    _bwd_delta_kernel[(triton.cdiv(n, block), bh)](o, do, delta, n, HEAD_DIM=d, BLOCK=block)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else torch.empty_like(q)
-    scale = 1.0 / math.sqrt(d)
-
-    def grid_n(meta):
-        return (triton.cdiv(n, meta["BLOCK_N"]), bh)
-
-    def grid_m(meta):
-        return (triton.cdiv(n, meta["BLOCK_M"]), bh)
-
-    _bwd_dkdv_kernel[grid_n](
-        q, k, v, do, dk, dv, dq, lse, delta, scale, n, HEAD_DIM=d, IS_CAUSAL=is_causal, ATOMIC_DQ=atomic_dq
-    )
-    if atomic_dq:
-        return dq.to(q.dtype), dk, dv
-    _bwd_dq_kernel[grid_m](q, k, v, do, dq, lse, delta, scale, n, HEAD_DIM=d, IS_CAUSAL=is_causal)
-    return dq, dk, dv
+    return backward_kernels(do, q, k, v, o, lse, is_causal, mode)
 
 
 @_bwd_op.register_fake
-def _(do, q, k, v, o, lse, is_causal, atomic_dq):
+def _(do, q, k, v, o, lse, is_causal, mode):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -491,8 +583,9 @@ def triton_forward(
 class FlashAttention2Triton(torch.autograd.Function):
     """``FlashAttention2Triton.apply(q, k, v, is_causal=False, atomic_dq=False)`` on ``(..., seq, d)`` tensors.
 
-    ``atomic_dq`` picks the one-kernel backward (dQ by fp32 atomics) over the
-    two-kernel one; both are exact up to summation order.
+    ``atomic_dq`` picks the backward: ``False`` the default for the input
+    (``resolve_bwd_mode``), ``True`` the one-kernel one with elementwise fp32
+    atomics, or a name from ``BWD_MODES``. All are exact up to summation order.
     """
 
     @staticmethod
@@ -503,14 +596,14 @@ class FlashAttention2Triton(torch.autograd.Function):
         o, lse = _fwd_op(q3, k3, v3, is_causal)
         ctx.save_for_backward(lse, q3, k3, v3, o)
         ctx.is_causal = is_causal
-        ctx.atomic_dq = atomic_dq
+        ctx.bwd_mode = resolve_bwd_mode(q, atomic_dq)
         ctx.shape = shape
         return o.view(shape)
 
     @staticmethod
     def backward(ctx, do):
         lse, q, k, v, o = ctx.saved_tensors
-        dq, dk, dv = _bwd_op(_flat(do), q, k, v, o, lse, ctx.is_causal, ctx.atomic_dq)
+        dq, dk, dv = _bwd_op(_flat(do), q, k, v, o, lse, ctx.is_causal, ctx.bwd_mode)
         return dq.view(ctx.shape), dk.view(ctx.shape), dv.view(ctx.shape), None, None
 
 
