@@ -1,0 +1,131 @@
+"""Achieved throughput vs the GPU's ceilings: committed H200 runs, calibration lookup, storing it with runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analyze.flops import forward_flops
+from profiler_kit import run as run_mod
+from profiler_kit import sweep as sweep_mod
+from profiler_kit.build_sweep import NOT_MEASURED, build_sweep_sections, find_calibration, find_run_dirs, load_runs
+from workloads.models import RunSpec
+
+SWEEP = Path(__file__).resolve().parent.parent / "reports" / "sweep"
+TRACED = SWEEP / "traced"
+SMALL = TRACED / "small_ctx512_train_bf16"
+committed = pytest.mark.skipif(not SMALL.exists(), reason="committed GPU sweep absent")
+TITLE = "Achieved throughput vs this GPU's ceilings"
+
+
+def _ceiling_section(sections):
+    return next(s for s in sections if s.title == TITLE)
+
+
+@pytest.fixture(scope="module")
+def traced_section():
+    return _ceiling_section(build_sweep_sections(find_run_dirs([TRACED]), roots=[SWEEP]))
+
+
+@committed
+def test_throughput_row_per_traced_run_with_mfu_in_0_1(traced_section):
+    table = traced_section.tables[0].df.set_index("size")
+    runs = load_runs(find_run_dirs([TRACED]))
+    assert sorted(table.index) == sorted(m["spec"]["size"] for m in runs)
+    cal = json.loads((SWEEP / "calibration.json").read_text())
+    for m in runs:
+        row = table.loc[m["spec"]["size"]]
+        model = m["model"]
+        assert row["ceilings"] == str(SWEEP / "calibration.json")
+        assert row["peak_tflop_per_s"] == pytest.approx(cal["gemm"]["bf16"]["tflops"])
+        assert 0 < row["mfu_frac"] < 1 and 0 < row["gemm_of_peak_frac"] < 1
+        assert row["mfu_frac"] < row["gemm_of_peak_frac"]  # the step holds more than its GEMMs
+        # every profiled step launches each of the 9 per-layer matmuls + lm_head once forward, twice backward
+        assert row["gemm_kernels_per_step"] == 3 * (9 * model["layers"] + 1)
+        assert row["model_tflop_per_step"] * 1e12 == pytest.approx(3 * forward_flops(model)["total"])
+        step_ns = m["unprofiled"]["phases"]["step_wall"]["mean"] * 1e6
+        assert row["mfu_frac"] == pytest.approx(
+            row["model_tflop_per_step"] * 1e12 / (step_ns * 1e-9) / 1e12 / row["peak_tflop_per_s"]
+        )
+        assert row["adamw_gb_per_step"] * 1e9 == pytest.approx(23 * 4 * model["params"])
+    assert not any(NOT_MEASURED in t for t in traced_section.text)
+
+
+@committed
+def test_gemm_kernel_time_matches_the_raw_trace(traced_section):
+    row = traced_section.tables[0].df.set_index("size").loc["small"]
+    with gzip.open(SMALL / "trace.json.gz", "rt") as fh:
+        kernels = [e for e in json.load(fh)["traceEvents"] if e.get("cat") == "kernel"]
+    # cuBLAS on Hopper names its GEMMs nvjet_*; every kernel of this trace is in a profiled step
+    gemm_us = sum(e["dur"] for e in kernels if re.match(r"nvjet|.*gemm", e["name"]))
+    assert row["gemm_kernel_ns"] == pytest.approx(gemm_us * 1e3 / row["profiled_steps"], rel=1e-6)
+
+
+@committed
+def test_whole_step_mfu_covers_timing_runs(traced_section):
+    mfu = traced_section.tables[1].df
+    ok = [m for m in load_runs(find_run_dirs([TRACED])) if m["status"] == "ok"]
+    assert len(mfu) == len(ok) and mfu["mfu_frac"].between(0, 1, inclusive="neither").all()
+
+
+@pytest.fixture
+def uncalibrated(tmp_path):
+    """A copy of the small traced run (run.json without calibration) in a folder without calibration.json."""
+    if not SMALL.exists():
+        pytest.skip("committed GPU sweep absent")
+    root = tmp_path / "sweep"
+    shutil.copytree(SMALL, root / "traced" / SMALL.name)
+    return root
+
+
+def test_without_calibration_the_table_says_not_measured(uncalibrated):
+    section = _ceiling_section(build_sweep_sections(find_run_dirs([uncalibrated]), roots=[uncalibrated]))
+    row = section.tables[0].df.iloc[0]
+    assert row["ceilings"] == NOT_MEASURED
+    assert math.isnan(row["peak_tflop_per_s"]) and math.isnan(row["mfu_frac"]) and math.isnan(row["gemm_of_peak_frac"])
+    assert row["gemm_tflop_per_s"] > 0  # achieved throughput needs no ceiling
+    assert any("not measured" in t for t in section.text)
+
+
+def test_calibration_lookup_stops_at_the_given_root_and_checks_the_device(uncalibrated):
+    meta = load_runs(find_run_dirs([uncalibrated]))[0]
+    cal = json.loads((SWEEP / "calibration.json").read_text())
+    (uncalibrated.parent / "calibration.json").write_text(json.dumps(cal))  # above the root: not used
+    assert find_calibration(meta, [uncalibrated]) == (None, NOT_MEASURED)
+    (uncalibrated / "calibration.json").write_text(json.dumps({**cal, "device": "NVIDIA H100 80GB HBM3"}))
+    assert find_calibration(meta, [uncalibrated]) == (None, NOT_MEASURED)  # another GPU's ceilings
+    (uncalibrated / "calibration.json").write_text(json.dumps(cal))
+    found, source = find_calibration(meta, [uncalibrated])
+    assert found == cal and source == str(uncalibrated / "calibration.json")
+    assert find_calibration({**meta, "calibration": {**cal, "gemm": {}}}, [])[1] == "run.json"
+
+
+def test_sweep_calibrate_stores_ceilings_with_every_run(tmp_path, monkeypatch):
+    def cell(spec, backend, out_dir, memory=False, timeout=0):
+        return run_mod.record(spec, "none", out_dir=out_dir, log=lambda m: None).meta
+
+    monkeypatch.setattr(sweep_mod, "run_cell", cell)  # same record() as the subprocess, without its start-up
+    specs = sweep_mod.grid(["tiny"], [8], ["train"], ["fp32"], device="cpu", warmup=0, steps=1, batch=1)
+    sweep_mod.sweep(specs, "none", tmp_path, calibrate=True)
+    cal = json.loads((tmp_path / "calibration.json").read_text())
+    assert cal["device"] == "cpu" and cal["gemm"]["fp32"]["tflops"] > 0
+    meta = json.loads((tmp_path / specs[0].run_id / "run.json").read_text())
+    assert meta["calibration"] == cal
+    assert meta["matmul"]["allow_tf32"] is False  # PyTorch's default, recorded for the fp32 ceiling choice
+    section = _ceiling_section(build_sweep_sections([tmp_path / specs[0].run_id], roots=[tmp_path]))
+    row = section.tables[0].df.iloc[0]  # whole-step MFU (no trace): against the CPU's own fp32 ceiling
+    assert row["ceilings"] == "run.json" and row["peak_dtype"] == "fp32"
+    assert row["peak_tflop_per_s"] == pytest.approx(cal["gemm"]["fp32"]["tflops"]) and row["mfu_frac"] > 0
+
+
+def test_record_copies_the_cached_calibration_only_for_the_same_device(tmp_path):
+    (tmp_path / "calibration.json").write_text(json.dumps({"device": "NVIDIA H200", "gemm": {}}))
+    spec = RunSpec(size="tiny", ctx=8, batch=1, mode="forward", warmup=0, steps=1, device="cpu")
+    meta = run_mod.record(spec, "none", out_dir=tmp_path, log=lambda m: None).meta
+    assert "calibration" not in meta
