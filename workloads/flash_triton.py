@@ -84,10 +84,11 @@ if INTERPRET:
     _interpreter_numpy_shim()
 
 
-def _dq_desc_hook(nargs):
-    """Give the dQ reduce descriptor the tile shape of the config being launched."""
-    if not isinstance(nargs["DQ_DESC"], torch.Tensor):
-        nargs["DQ_DESC"].block_shape = [nargs["BLOCK_M"], nargs["HEAD_DIM"]]
+def _desc_hook(nargs):
+    """Give the TMA descriptors among the arguments the tile shape of the config being launched."""
+    for name, block in (("K_DESC", "BLOCK_N"), ("V_DESC", "BLOCK_N"), ("DQ_DESC", "BLOCK_M")):
+        if name in nargs and not isinstance(nargs[name], torch.Tensor):
+            nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
 
 
 def _cfg(bm, bn, warps, stages, hook=None):
@@ -132,6 +133,7 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 
 
 DEFAULT_BWD = "two_kernel"  # for 16-bit inputs on Hopper; see the module docstring
+FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
@@ -142,8 +144,16 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DKDV_CONFIGS = [_cfg(*c) for c in _override.get("dkdv", [])] or DKDV_CONFIGS
     DQ_CONFIGS = [_cfg(*c) for c in _override.get("dq", [])] or DQ_CONFIGS
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
-DKDV_CONFIGS = [_cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, _dq_desc_hook)
-                for c in DKDV_CONFIGS]  # fmt: skip
+    FWD_TMA = _override.get("fwd_tma", FWD_TMA)
+
+
+def _hooked(configs):
+    return [_cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, _desc_hook) for c in configs]
+
+
+FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS = map(
+    _hooked, (FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS)
+)
 
 
 def _prune(configs, named_args, **kwargs):
@@ -166,6 +176,7 @@ def _even(args):
 
 
 _KEY = ["N_CTX", "HEAD_DIM", "IS_CAUSAL"]
+_KEY_FWD = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "TMA"]
 _KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE"]
 
 
@@ -174,13 +185,16 @@ _KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE"]
 
 @triton.jit
 def _fwd_inner(
-    acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
+    acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, row0, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
 ):  # fmt: skip
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-        if EVEN:
+        if TMA:  # rows past N_CTX come from the next head (or zeros): masked below, and p = 0 on them
+            k = k_desc.load([row0 + start_n, 0])
+        elif EVEN:
             k = tl.load(k_base + kv_off)
         else:
             k = tl.load(k_base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
@@ -194,7 +208,9 @@ def _fwd_inner(
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if EVEN:
+        if TMA:
+            v = v_desc.load([row0 + start_n, 0])
+        elif EVEN:
             v = tl.load(v_base + kv_off)
         else:
             v = tl.load(v_base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
@@ -203,19 +219,22 @@ def _fwd_inner(
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=FWD_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(configs=FWD_CONFIGS, key=_KEY_FWD, prune_configs_by={"early_config_prune": _prune})
 @triton.heuristics({"EVEN": _even})
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, Out, L, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+    Q, K, V, K_DESC, V_DESC, Out, L, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
+    """One program per query tile; with ``TMA`` K and V tiles come through bulk tensor copies (``K_DESC``, ``V_DESC``)."""
     num_m = tl.cdiv(N_CTX, BLOCK_M)
     pid_m = tl.program_id(0)
     if IS_CAUSAL:
         pid_m = num_m - 1 - pid_m  # longest rows first
     off_bh = tl.program_id(1).to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
+    row0 = tl.program_id(1) * N_CTX
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     q_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
@@ -230,17 +249,17 @@ def _fwd_kernel(
     if IS_CAUSAL:
         diag = pid_m * BLOCK_M
         acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
+            acc, l_i, m_i, q, K + base, V + base, K_DESC, V_DESC, row0, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL, TMA,
         )  # fmt: skip
         acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_N, True, EVEN, IS_CAUSAL,
+            acc, l_i, m_i, q, K + base, V + base, K_DESC, V_DESC, row0, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, True, EVEN, IS_CAUSAL, TMA,
         )  # fmt: skip
     else:
         acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
+            acc, l_i, m_i, q, K + base, V + base, K_DESC, V_DESC, row0, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
+            HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL, TMA,
         )  # fmt: skip
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
@@ -467,19 +486,40 @@ def _launch(kernel, grid, args, consts, config):
         kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
 
 
+def _hopper(q: torch.Tensor) -> bool:
+    return INTERPRET or (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9)
+
+
 def forward_kernels(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool, config: tuple | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool,
+    config: tuple | None = None,
+    tma: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward on contiguous ``(batch*heads, seq, d)`` tensors: ``(O, L)``; ``config`` skips autotuning."""
+    """Forward on contiguous ``(batch*heads, seq, d)`` tensors: ``(O, L)``; ``config`` skips autotuning.
+
+    ``tma=None`` takes ``FWD_TMA`` for 16-bit inputs on Hopper, pointer loads otherwise.
+    """
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
     bh, n, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+    if tma is None:
+        tma = FWD_TMA and _hopper(q) and q.dtype != torch.float32
+    k_desc, v_desc = k, v
+    if tma:  # block shape set per config by _desc_hook (or here for a fixed config)
+        bn = config[1] if config else 16
+        k_desc = TensorDescriptor(k, [bh * n, d], [d, 1], [bn, d])
+        v_desc = TensorDescriptor(v, [bh * n, d], [d, 1], [bn, d])
 
     def grid(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]), bh)
 
-    args = (q, k, v, o, lse, 1.0 / math.sqrt(d), n)
-    _launch(_fwd_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, config)
+    args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
+    _launch(_fwd_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma}, config)
     return o, lse
 
 
@@ -488,8 +528,7 @@ def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
     if mode is True:
         return "atomic"
     if mode is None or mode is False:
-        hopper = INTERPRET or (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9)
-        return DEFAULT_BWD if hopper and q.dtype != torch.float32 else "two_kernel"
+        return DEFAULT_BWD if _hopper(q) and q.dtype != torch.float32 else "two_kernel"
     if mode not in BWD_MODES:
         raise ValueError(f"backward mode must be one of {sorted(BWD_MODES)}, got {mode!r}")
     return mode
@@ -519,7 +558,7 @@ def backward_kernels(
     mode_id = BWD_MODES[mode]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
     dq_desc = dq
-    if mode_id == 2:  # block shape set per config by _dq_desc_hook (or below for a fixed config)
+    if mode_id == 2:  # block shape set per config by _desc_hook (or below for a fixed config)
         dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [dkdv_config[0] if dkdv_config else 16, d])
     scale = 1.0 / math.sqrt(d)
 
