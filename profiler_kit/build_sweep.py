@@ -220,6 +220,13 @@ def find_calibration(meta: dict, roots=()) -> tuple[dict | None, str]:
     return None, NOT_MEASURED
 
 
+def _per_step(count: int, steps: int):
+    """A count per step: an int when every step has the same number, else a float (NaN without steps)."""
+    if not steps:
+        return np.nan
+    return int(count) // steps if count % steps == 0 else count / steps
+
+
 def _gemm_peak(meta: dict, cal: dict | None) -> tuple[str, str, float]:
     """(calibration dtype key, why, TFLOP/s or NaN) of the GEMM ceiling for the run's precision."""
     spec = meta.get("spec", {})
@@ -261,7 +268,7 @@ def throughput_row(trace, meta: dict, cal: dict | None, source: str) -> dict:
         "model_tflop_per_step": flops["total"] / 1e12,
         "attention_matmul_flop_frac": flops["attention"] / flops["total"],
         "profiled_steps": n_steps,
-        "gemm_kernels_per_step": gemm["kernels"].sum() / n_steps if n_steps else np.nan,
+        "gemm_kernels_per_step": _per_step(gemm["kernels"].sum(), n_steps),
         "gemm_tflop_per_step": gemm_flops / 1e12,
         "gemm_kernel_ns": gemm_ns,
         "gemm_tflop_per_s": achieved,
@@ -374,7 +381,7 @@ def throughput_section(throughput: list[dict], mfu: pd.DataFrame) -> Section | N
             Table(
                 "Achieved throughput vs this GPU's ceilings",
                 t.drop(columns="peak_note"),
-                note="Traced runs. gemm_kernel_ns and adamw_kernel_ns are per profiled step.",
+                note="Traced runs. GEMM and AdamW kernel times are per profiled step.",
                 key="sweep_throughput",
             )
         )
