@@ -1,0 +1,229 @@
+"""Screen Triton FlashAttention-2 variants against torch SDPA at the course leaderboard shape, in one process.
+
+Shape: batch 1, 16 heads, seq 16384, d_head 64, bf16, causal. Every variant is
+a fixed config (``BLOCK_M, BLOCK_N, num_warps, num_stages``) launched through
+``workloads.flash_triton.forward_kernels`` / ``backward_kernels`` (no
+autotuning), timed with ``triton.testing.do_bench`` (median, warmup 100 ms,
+rep 500 ms) and checked against SDPA on the same inputs with a random upstream
+gradient (relative error ||x - sdpa|| / ||sdpa|| of O, dQ, dK, dV). Timing of
+the backward uses dO = ones, the gradient of ``o.sum()``.
+
+The fastest correct forward and backward become an autotune list (the best
+three configs of each) passed to ``workloads.attention_bench`` through
+``FLASH_TRITON_CONFIGS``: the leaderboard run (warmup 200 ms, rep 2000 ms,
+Triton and SDPA side by side) and the fp32-reference checks at seq 777 and
+4096 then run on exactly the code path the defaults get.
+
+Example (device machine, repo root)::
+
+    python benchmarks/attention_variants.py --out-dir $OUT --budget-s 95
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+FWD = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 3), (128, 64, 4, 4), (128, 32, 4, 4)]
+FWD_TMA = [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)]
+DKDV = [(32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 3), (64, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2)]
+DQ = [(128, 32, 4, 4), (128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3)]
+TMA_DKDV = [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 4, 3), (128, 128, 8, 2),
+            (64, 64, 4, 3)]  # fmt: skip
+ATOMIC_DKDV = [(64, 128, 8, 3)]
+FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
+TOL = 1e-2
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.float() - want.float()).norm() / want.float().norm()).item()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out-dir", default=".")
+    p.add_argument("--budget-s", type=float, default=150.0, help="screening stops starting variants after this")
+    p.add_argument("--seq", type=int, default=16384)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    p.add_argument("--no-final", action="store_true", help="screen only")
+    p.add_argument("--device", default="cuda", help="cpu: dry run of this script under TRITON_INTERPRET=1")
+    args = p.parse_args(argv)
+    dev = args.device
+
+    if dev == "cuda":
+        from triton.testing import do_bench
+    else:
+
+        def do_bench(fn, warmup, rep, return_mode):
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+
+    from workloads.flash_triton import backward_kernels, forward_kernels
+
+    out_dir = Path(args.out_dir)
+    sink = open(out_dir / "run4_variants.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+
+    def emit(row: dict) -> None:
+        row["t_s"] = round(time.perf_counter() - t0, 1)
+        rows.append(row)
+        sink.write(json.dumps(row) + "\n")
+        sink.flush()
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
+    def bench(fn, warmup=100, rep=500) -> float:
+        return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+    n, heads, d = args.seq, 16, 64
+    gen = torch.Generator(device=dev).manual_seed(1234)
+    q4, k4, v4 = (
+        torch.randn(1, heads, n, d, device=dev, dtype=getattr(torch, args.dtype), generator=gen) for _ in range(3)
+    )
+    q, k, v = (t.view(heads, n, d) for t in (q4, k4, v4))
+    do_rand = torch.randn(heads, n, d, device=dev, dtype=getattr(torch, args.dtype), generator=gen)
+    ones = torch.ones(heads, n, d, device=dev, dtype=getattr(torch, args.dtype))
+    emit({"what": "env", "device": torch.cuda.get_device_name() if dev == "cuda" else dev, "torch": torch.__version__,
+          "triton": __import__("triton").__version__, "shape": [1, heads, n, d], "dtype": args.dtype, "causal": True})  # fmt: skip
+
+    # SDPA: reference values and timings (same convention as attention_bench: backward of an existing output)
+    sq, sk, sv = (t.clone().requires_grad_() for t in (q4, k4, v4))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    ref_o = sdpa(sq, sk, sv, is_causal=True)
+    ref_o.backward(do_rand.view(1, heads, n, d))
+    ref = {"o": ref_o.detach().view(heads, n, d)} | {
+        f"d{c}": t.grad.view(heads, n, d) for c, t in zip("qkv", (sq, sk, sv), strict=True)
+    }
+    for t in (sq, sk, sv):
+        t.grad = None
+    fwd_ms = bench(lambda: sdpa(sq, sk, sv, is_causal=True))
+    out = sdpa(sq, sk, sv, is_causal=True)
+    g1 = torch.ones_like(out)
+    bwd_ms = bench(lambda: out.backward(g1, retain_graph=True))
+    out = None
+    both_ms = bench(lambda: sdpa(sq, sk, sv, is_causal=True).sum().backward())
+    emit({"what": "sdpa", "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_bwd_ms": both_ms})
+    for t in (sq, sk, sv):
+        t.grad = None
+
+    def over_budget() -> bool:
+        return time.perf_counter() - t0 > args.budget_s
+
+    # backward variants: (mode, dkdv config, dq config)
+    o, lse = forward_kernels(q, k, v, True, FWD[0], False)
+
+    def bwd_variants():
+        for cfg in TMA_DKDV:
+            yield "tma", cfg, None
+        for cfg in DKDV:
+            yield "two_kernel", cfg, DQ[0]
+        yield "best_dkdv", None, None  # marker: dq configs with the best two-kernel dK/dV config
+        for cfg in ATOMIC_DKDV:
+            yield "atomic", cfg, None
+
+    best_dkdv = DKDV[0]
+    for mode, c1, c2 in bwd_variants():
+        if mode == "best_dkdv":
+            two = [r for r in rows if r.get("what") == "bwd" and r["mode"] == "two_kernel" and r.get("status") == "ok"]
+            best_dkdv = tuple(min(two, key=lambda r: r["ms"])["dkdv"]) if two else DKDV[0]
+            todo = [("two_kernel", best_dkdv, c) for c in DQ[1:]]
+        else:
+            todo = [(mode, c1, c2)]
+        for mode_, cfg1, cfg2 in todo:
+            row = {"what": "bwd", "mode": mode_, "dkdv": list(cfg1), "dq": list(cfg2) if cfg2 else None}
+            if over_budget():
+                emit(row | {"status": "skipped"})
+                continue
+            try:
+                grads = backward_kernels(do_rand, q, k, v, o, lse, True, mode_, cfg1, cfg2)
+                for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
+                    row[f"rel_err_{name}"] = _rel(got, ref[name])
+                row["ms"] = bench(
+                    lambda m=mode_, a=cfg1, b=cfg2: backward_kernels(ones, q, k, v, o, lse, True, m, a, b)
+                )
+                worst = max(row[f"rel_err_{c}"] for c in ("dq", "dk", "dv"))
+                row["status"] = "ok" if worst < TOL else "wrong"
+            except Exception as err:
+                row.update(status="error", error=f"{type(err).__name__}: {str(err)[:200]}")
+            emit(row)
+
+    # forward variants
+    for tma, configs in ((False, FWD), (True, FWD_TMA)):
+        for cfg in configs:
+            row = {"what": "fwd", "tma": tma, "config": list(cfg)}
+            if over_budget():
+                emit(row | {"status": "skipped"})
+                continue
+            try:
+                o, lse = forward_kernels(q, k, v, True, cfg, tma)
+                row["rel_err_o"] = _rel(o, ref["o"])
+                row["ms"] = bench(lambda c=cfg, t=tma: forward_kernels(q, k, v, True, c, t))
+                row["status"] = "ok" if row["rel_err_o"] < TOL else "wrong"
+            except Exception as err:  # a config that does not compile or fit is a result
+                row.update(status="error", error=f"{type(err).__name__}: {str(err)[:200]}")
+            emit(row)
+    ok_fwd = sorted((r for r in rows if r.get("what") == "fwd" and r.get("status") == "ok"), key=lambda r: r["ms"])
+    best_fwd = ok_fwd[0] if ok_fwd else {"tma": False, "config": None}
+
+    ok_bwd = sorted((r for r in rows if r.get("what") == "bwd" and r.get("status") == "ok"), key=lambda r: r["ms"])
+    print("\nscreening (ms, median of do_bench 100/500):", file=sys.stderr)
+    print(f"  sdpa fwd {fwd_ms:.3f} bwd {bwd_ms:.3f} fwd+bwd {both_ms:.3f}", file=sys.stderr)
+    for r in ok_fwd[:5]:
+        print(f"  fwd tma={r['tma']} {r['config']} {r['ms']:.3f} err {r['rel_err_o']:.1e}", file=sys.stderr)
+    for r in ok_bwd[:8]:
+        print(f"  bwd {r['mode']} dkdv {r['dkdv']} dq {r['dq']} {r['ms']:.3f} err dq {r['rel_err_dq']:.1e}",
+              file=sys.stderr)  # fmt: skip
+    if args.no_final or not ok_fwd or not ok_bwd:
+        return 0
+
+    # final: top-3 autotune lists on the default code path, through the benchmark CLI
+    mode = ok_bwd[0]["mode"]
+    same_mode = [r for r in ok_bwd if r["mode"] == mode]
+    dkdv = []
+    for r in same_mode:
+        if r["dkdv"] not in dkdv:
+            dkdv.append(r["dkdv"])
+    chosen = {
+        "fwd": [r["config"] for r in ok_fwd if r["tma"] == best_fwd["tma"]][:3],
+        "fwd_tma": best_fwd["tma"],
+        "bwd": mode,
+        "dkdv": dkdv[:3],
+    }
+    if mode == "two_kernel":
+        dq = []
+        for r in same_mode:
+            if r["dq"] not in dq:
+                dq.append(r["dq"])
+        chosen["dq"] = dq[:3]
+    for key in ("fwd", "dkdv", "dq"):
+        if key in chosen and FALLBACK not in chosen[key]:
+            chosen[key].append(FALLBACK)
+    emit({"what": "chosen", **chosen})
+    env = {**os.environ, "FLASH_TRITON_CONFIGS": json.dumps(chosen), "TRITON_PRINT_AUTOTUNING": "1"}
+    bench_cmd = [sys.executable, "-m", "workloads.attention_bench"]
+    lead = ["--impl", "triton", "sdpa", "--d-head", "64", "--seq", str(n), "--causal", "--warmup", "200",
+            "--rep", "2000", "--out", str(out_dir / "run4_lead.jsonl")]  # fmt: skip
+    checks = [
+        ["--check", "--impl", "triton", "--d-head", "64", "--seq", "777", "4096", "--causal",
+         "--out", str(out_dir / "run4_check.jsonl")],
+        ["--check", "--impl", "triton", "--d-head", "64", "--seq", "777", "--out", str(out_dir / "run4_check.jsonl")],
+    ]  # fmt: skip
+    for extra in [lead, *checks] if dev == "cuda" else []:
+        print("$ FLASH_TRITON_CONFIGS='" + env["FLASH_TRITON_CONFIGS"] + "' python -m workloads.attention_bench "
+              + " ".join(extra), file=sys.stderr, flush=True)  # fmt: skip
+        subprocess.run(bench_cmd + extra, env=env, check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
