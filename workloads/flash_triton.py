@@ -20,9 +20,13 @@ pays nothing).
   kernel instead, saving the recomputation of S and dP (5 matmuls instead of
   7): ``"atomic"`` with per-element fp32 atomics, ``"tma"`` with one bulk
   tensor reduce (TMA ``cp.reduce.async.bulk``, Hopper and later) per tile.
-  ``DEFAULT_BWD`` says which one 16-bit inputs get on the GPU (measured in
-  benchmarks/results/attention/README.md, run 4); fp32 inputs and pre-Hopper
-  GPUs use the two-kernel backward.
+  ``DEFAULT_BWD`` says which one 16-bit inputs get on Hopper: ``"tma"``, the
+  fastest in run 4 (benchmarks/results/attention/README.md) by a margin within
+  noise of the autotuned two-kernel one, with fewer configs to tune; its dQ
+  sums in an unspecified order, so it is not bitwise deterministic. fp32
+  inputs and pre-Hopper GPUs use the two-kernel backward.
+- ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
+  measured no faster than pointer loads (run 4), so it is off.
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton).
@@ -95,44 +99,22 @@ def _cfg(bm, bn, warps, stages, hook=None):
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, pre_hook=hook)
 
 
-# Candidates for Hopper (H100/H200). BLOCK_M must be a multiple of BLOCK_N for
-# the forward and dQ (causal diagonal split), and BLOCK_N of BLOCK_M for dK/dV.
+# Candidates for Hopper (H100/H200), the fastest of a screening on an H200 at batch 1, 16 heads, seq 16384,
+# d 64, bf16, causal (benchmarks/attention_variants.py; results/attention/README.md, run 4), best first,
+# plus small 64x64 tiles that fit every head dim. BLOCK_M must be a multiple of BLOCK_N for the forward and
+# dQ (causal diagonal split), and BLOCK_N of BLOCK_M for dK/dV.
 if INTERPRET:
     FWD_CONFIGS = [_cfg(16, 16, 4, 1)]
     DKDV_CONFIGS = [_cfg(16, 32, 4, 1)]
     DQ_CONFIGS = [_cfg(32, 16, 4, 1)]
 else:
-    FWD_CONFIGS = [
-        _cfg(128, 64, 4, 3),
-        _cfg(128, 64, 8, 3),
-        _cfg(128, 128, 8, 3),
-        _cfg(128, 64, 4, 4),
-        _cfg(128, 128, 8, 2),
-        _cfg(64, 64, 4, 3),
-    ]
-    DKDV_CONFIGS = [
-        _cfg(32, 128, 4, 4),
-        _cfg(32, 128, 4, 5),
-        _cfg(64, 128, 8, 3),
-        _cfg(64, 128, 4, 3),
-        _cfg(32, 64, 4, 3),
-        _cfg(64, 64, 4, 3),
-        _cfg(32, 64, 4, 4),
-        _cfg(128, 128, 8, 2),
-    ]
-    DQ_CONFIGS = [
-        _cfg(128, 32, 4, 4),
-        _cfg(128, 32, 4, 5),
-        _cfg(128, 64, 8, 3),
-        _cfg(128, 64, 4, 3),
-        _cfg(64, 32, 4, 3),
-        _cfg(64, 64, 4, 3),
-        _cfg(128, 64, 4, 4),
-    ]
+    FWD_CONFIGS = [_cfg(128, 64, 8, 3), _cfg(128, 64, 8, 4), _cfg(128, 64, 4, 4), _cfg(64, 64, 4, 3)]
+    DKDV_CONFIGS = [_cfg(64, 64, 4, 3), _cfg(64, 128, 8, 3), _cfg(128, 128, 8, 2)]
+    DQ_CONFIGS = [_cfg(128, 64, 4, 3), _cfg(64, 64, 4, 3), _cfg(128, 64, 8, 3)]
 FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice the shared memory
 
 
-DEFAULT_BWD = "two_kernel"  # for 16-bit inputs on Hopper; see the module docstring
+DEFAULT_BWD = "tma"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
