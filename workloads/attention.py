@@ -5,7 +5,7 @@
   model does; its three stages run in the NVTX ranges the course uses.
 - ``compiled``: ``torch.compile`` of ``naive``.
 - ``flash_pytorch``: tiled FlashAttention-2 in plain PyTorch (``flash_pytorch.py``).
-- ``triton``: FlashAttention-2 in Triton (``flash_triton.py``), two-kernel backward.
+- ``triton``: FlashAttention-2 in Triton (``flash_triton.py``); backward picked by ``flash_triton`` (TMA-reduce dQ for 16-bit inputs on Hopper, else two kernels).
 - ``triton_atomic``: the same with the one-kernel backward (dQ by fp32 atomics).
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` (PyTorch picks the backend).
 
