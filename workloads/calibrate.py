@@ -12,13 +12,13 @@ Run: ``python -m workloads.calibrate --out calibration.json``
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
+
+from workloads.common import emit_json
 
 GEMM_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
@@ -88,11 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    text = json.dumps(calibrate(args.device), indent=1)
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        print(text)
+    emit_json(calibrate(args.device), args.out)
     return 0
 
 

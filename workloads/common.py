@@ -84,3 +84,15 @@ def sync(device: torch.device | str) -> None:
     """Wait for queued GPU work so host timers measure it (no-op on CPU)."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def emit_json(result, out: str | None) -> None:
+    """Write a workload's JSON result to ``out``, or print it when no path is given."""
+    import json
+    from pathlib import Path
+
+    text = json.dumps(result, indent=1)
+    if out:
+        Path(out).write_text(text)
+    else:
+        print(text)

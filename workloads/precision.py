@@ -12,14 +12,13 @@ Run: ``python -m workloads.precision --device cuda --size small --out results.js
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from torch import nn
 
+from workloads.common import emit_json
 from workloads.harness import measure, stats
 from workloads.models import RunSpec, build
 
@@ -120,11 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "autocast_dtypes": autocast_dtypes(args.device, torch.bfloat16) + autocast_dtypes(args.device, torch.float16),
         "warmup_study": {"spec": spec.to_dict(), "rows": warmup_study(spec)},
     }
-    text = json.dumps(result, indent=1)
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        print(text)
+    emit_json(result, args.out)
     return 0
 
 
