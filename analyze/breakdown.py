@@ -13,7 +13,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analyze.intervals import union_length
-from analyze.projection import attribute, launches, project_nvtx, range_label, summarize_projection
+from analyze.projection import launches, project_nvtx, range_label, summarize_projection
 from analyze.tables import Trace
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
@@ -159,17 +159,19 @@ def summarize_ranges(
     labels = range_label(ranges)
     if group_emit_nvtx:
         labels = base_range_names(labels)
-    lab = labels.to_numpy()
+    lab = pd.Series(labels.to_numpy(), index=ranges.index)  # by index label: ``ranges`` may be a subset
     g = ranges.assign(range=labels).groupby("range", sort=False)
     out = pd.DataFrame({"instances": g.size(), "cpu_total_ns": g["duration_ns"].sum()})
     out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
     proj = summarize_projection(ranges, attributed) if projection is None else projection
-    pg = proj.assign(range=lab[proj["range_row"].to_numpy().astype("int64")]).groupby("range", sort=False)
+    pg = proj.assign(range=lab.reindex(proj["range_row"].to_numpy().astype("int64")).to_numpy()).groupby(
+        "range", sort=False
+    )
     out["projected_instances"] = pg.size().reindex(out.index).fillna(0).astype("int64")
     out["gpu_span_total_ns"] = pg["gpu_duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
     out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
     kern = attributed[attributed["is_kernel"]] if len(attributed) else attributed
-    kern = kern.assign(range=lab[kern["range_row"].to_numpy().astype("int64")])
+    kern = kern.assign(range=lab.reindex(kern["range_row"].to_numpy().astype("int64")).to_numpy())
     kg = kern.groupby("range", observed=True, sort=False)
     out["kernels"] = kg.size().reindex(out.index).fillna(0).astype("int64")
     out["kernel_time_ns"] = kg["duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
@@ -178,21 +180,6 @@ def summarize_ranges(
         for cat in by_cat.columns:
             out[f"{cat}_frac"] = (by_cat[cat].reindex(out.index) / out["kernel_time_ns"].replace(0, np.nan)).fillna(0)
     return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
-
-
-def window_kernel_time(ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame) -> pd.Series:
-    """Kernel ns launched by ANY thread of the range's process while the range was open.
-
-    nsys's projection only sees launches on the range's own thread, so a
-    "backward" range misses kernels that autograd's worker thread launches.
-    This is the complementary view; indexed like ``ranges``.
-    """
-    lau = launched.assign(tid=0)
-    rng = ranges.assign(tid=0, end_tid=-1)
-    pairs = attribute(rng, lau)
-    kern_ns = np.where(ops["is_kernel"].to_numpy(), ops["duration_ns"].to_numpy(), 0)
-    total = pd.Series(kern_ns[pairs["op_row"].to_numpy().astype("int64")]).groupby(pairs["range_row"].to_numpy()).sum()
-    return total.reindex(ranges.index).fillna(0).astype("int64")
 
 
 def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
@@ -216,39 +203,51 @@ def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
 PHASE_PATTERN = re.compile(r"forward|backward|optimi[sz]er|\bstep\b|train|warm", re.IGNORECASE)
 
 
-def summarize_phases(
-    ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame, attributed: pd.DataFrame
-) -> pd.DataFrame:
-    """Per phase range name (forward, backward, optimizer, step...): CPU and kernel time per instance.
-
-    Columns: range, instances, cpu_avg_ns, kernels_per_instance and
-    kernel_per_instance_ns (launched on the range's thread, as nsys projects),
-    window_kernel_per_instance_ns (launched by any thread while it was open).
-    """
+def phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``ranges`` that mark training phases (by PHASE_PATTERN, not emit_nvtx op ranges)."""
     labels = range_label(ranges)
     is_phase = labels.str.contains(PHASE_PATTERN) & ~labels.str.contains("::|op_id", regex=True)
-    sel = ranges[is_phase.to_numpy()]
-    if sel.empty:
-        return pd.DataFrame(
-            columns=[
-                "range",
-                "instances",
-                "cpu_avg_ns",
-                "kernels_per_instance",
-                "kernel_per_instance_ns",
-                "window_kernel_per_instance_ns",
-            ]
-        )
-    window = window_kernel_time(sel, ops, launched)
-    kern = attributed[attributed["is_kernel"] & attributed["range_row"].isin(sel.index)]
-    per_row = kern.groupby("range_row")["duration_ns"].agg(["size", "sum"]).reindex(sel.index).fillna(0)
+    return ranges[is_phase.to_numpy()]
+
+
+PHASE_COLUMNS = [
+    "range",
+    "instances",
+    "cpu_avg_ns",
+    "kernels_per_instance",
+    "kernel_per_instance_ns",
+    "window_kernels_per_instance",
+    "window_kernel_per_instance_ns",
+]
+
+
+def summarize_phases(phases: pd.DataFrame, attributed: pd.DataFrame, window: pd.DataFrame) -> pd.DataFrame:
+    """Per phase range name (forward, backward, optimizer, step...): CPU and kernel time per instance.
+
+    Args:
+        phases: ``phase_ranges(nvtx)``.
+        attributed: ``project_nvtx`` of all ranges (launches on the range's own thread, as nsys).
+        window: ``project_nvtx(phases, ..., any_thread=True)`` (launches by any thread while open).
+
+    Returns:
+        Columns PHASE_COLUMNS: kernels and kernel ns per instance in both views.
+    """
+    if phases.empty:
+        return pd.DataFrame(columns=PHASE_COLUMNS)
+
+    def per_row(att: pd.DataFrame) -> pd.DataFrame:
+        kern = att[att["is_kernel"] & att["range_row"].isin(phases.index)]
+        return kern.groupby("range_row")["duration_ns"].agg(["size", "sum"]).reindex(phases.index).fillna(0)
+
+    own, win = per_row(attributed), per_row(window)
     df = pd.DataFrame(
         {
-            "range": labels[sel.index].to_numpy(),
-            "cpu_ns": sel["duration_ns"].to_numpy(),
-            "kernels": per_row["size"].to_numpy(),
-            "kernel_ns": per_row["sum"].to_numpy(),
-            "window_ns": window.to_numpy(),
+            "range": range_label(phases).to_numpy(),
+            "cpu_ns": phases["duration_ns"].to_numpy(),
+            "kernels": own["size"].to_numpy(),
+            "kernel_ns": own["sum"].to_numpy(),
+            "window_kernels": win["size"].to_numpy(),
+            "window_ns": win["sum"].to_numpy(),
         }
     )
     g = df.groupby("range", sort=False)
@@ -258,9 +257,10 @@ def summarize_phases(
             "cpu_avg_ns": g["cpu_ns"].mean(),
             "kernels_per_instance": g["kernels"].mean(),
             "kernel_per_instance_ns": g["kernel_ns"].mean(),
+            "window_kernels_per_instance": g["window_kernels"].mean(),
             "window_kernel_per_instance_ns": g["window_ns"].mean(),
         }
-    ).reset_index()
+    ).reset_index()[PHASE_COLUMNS]
 
 
 def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
@@ -270,8 +270,12 @@ def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
     attributed = project_nvtx(trace.nvtx, ops, launched)
     categories = summarize_categories(ops)
     projection = summarize_projection(trace.nvtx, attributed)
+    phases = phase_ranges(trace.nvtx)
+    window = project_nvtx(phases, ops, launched, any_thread=True)
     return {
-        "phases": summarize_phases(trace.nvtx, ops, launched, attributed),
+        "phases": summarize_phases(phases, attributed, window),
+        "phase_kernels": summarize_range_kernels(window),
+        "phase_categories": summarize_ranges(phases, window, summarize_projection(phases, window)),
         "ops": ops,
         "summary": summarize_trace(trace, ops),
         "kernels": summarize_kernels(ops),

@@ -85,25 +85,34 @@ def range_label(ranges: pd.DataFrame) -> pd.Series:
     return name.where(domain == "", domain + ":" + name)
 
 
-def project_nvtx(ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:
+def project_nvtx(
+    ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame, any_thread: bool = False
+) -> pd.DataFrame:
     """Attribute GPU ops to every enclosing range.
 
     Args:
-        ranges: NVTX_RANGES table.
+        ranges: NVTX_RANGES table (or a subset of its rows).
         ops: GPU operations (kernels and memops) with start_ns, end_ns, duration_ns,
             pid, correlation_id and any other columns to carry (name, category, is_kernel).
         launched: ``launches(ops, runtime)``, each op with its launching CPU call.
+        any_thread: count ops launched by any thread of the range's process while
+            the range was open (a time window), not only the range's own thread as
+            nsys does. Autograd launches backward kernels from its own thread, so a
+            "backward" range needs this view.
 
     Returns:
-        One row per (range instance, op): ``range_row`` (index into ``ranges``),
+        One row per (range instance, op): ``range_row`` (index label in ``ranges``),
         ``range`` (label), ``op_row`` (index into ``ops``), and the op's columns.
     """
+    if any_thread:
+        ranges, launched = ranges.assign(tid=0, end_tid=-1), launched.assign(tid=0)
     pairs = attribute(ranges, launched)
-    labels = range_label(ranges).to_numpy()
+    range_rows = pairs["range_row"].to_numpy()
+    labels = pd.Series(range_label(ranges).to_numpy(), index=ranges.index)
     out = ops.iloc[pairs["op_row"].to_numpy()].reset_index(drop=True)
     out.insert(0, "op_row", pairs["op_row"].to_numpy())
-    out.insert(0, "range", pd.Categorical(labels[pairs["range_row"].to_numpy()]))
-    out.insert(0, "range_row", pairs["range_row"].to_numpy())
+    out.insert(0, "range", pd.Categorical(labels.reindex(range_rows).to_numpy()))
+    out.insert(0, "range_row", range_rows)
     return out
 
 

@@ -175,30 +175,32 @@ def ranges_section(res: TraceResult, top: int) -> Section:
     )
     phases = res.tables["phases"]
     if len(phases):
-        sec.sections.append(phases_section(res, phases, ranges, frac_cols, top))
+        sec.sections.append(phases_section(res, phases, top))
     return sec
 
 
-def phases_section(
-    res: TraceResult, phases: pd.DataFrame, ranges: pd.DataFrame, frac_cols: list[str], top: int
-) -> Section:
+def phases_section(res: TraceResult, phases: pd.DataFrame, top: int) -> Section:
+    """Forward / backward / optimizer / step ranges, with kernels launched by any thread while each was open."""
     text = [
         "Per instance of each phase range. 'kernel' columns count kernels launched on the range's own thread "
-        "(nsys's projection); 'window' counts kernels launched by any thread of the process while the range was open."
+        "(nsys's projection); 'window' columns count kernels launched by any thread of the process while the range "
+        "was open. The category split and top kernels below use the window view."
     ]
     missed = phases[phases["window_kernel_per_instance_ns"] > 1.1 * phases["kernel_per_instance_ns"]]
     for _, row in missed.iterrows():
         text.append(
-            f"'{row['range']}': {row['window_kernel_per_instance_ns'] / 1e6:.3f} ms of kernels were launched while it was open but only "
-            f"{row['kernel_per_instance_ns'] / 1e6:.3f} ms from its own thread: its work is launched by another thread "
-            "(autograd runs backward on its own thread), so its nsys projection under-reports it."
+            f"'{row['range']}': {row['window_kernel_per_instance_ns'] / 1e6:.3f} ms of kernels were launched while it "
+            f"was open but only {row['kernel_per_instance_ns'] / 1e6:.3f} ms from its own thread: its work is launched "
+            "by another thread (autograd runs backward on its own thread), so its nsys projection under-reports it."
         )
     sec = Section("Phases", text=text)
     sec.tables.append(Table("Phase ranges per instance", phases, key=f"{res.label}_phases"))
     names = phases.head(MAX_PHASE_SECTIONS)["range"]
-    in_ranges = ranges[ranges["range"].isin(names) & (ranges["kernels"] > 0)]
-    if len(in_ranges):
-        long = in_ranges.melt(id_vars="range", value_vars=frac_cols, var_name="category", value_name="share_frac")
+    cats = res.tables["phase_categories"]
+    cats = cats[cats["range"].isin(names) & (cats["kernels"] > 0)]
+    frac_cols = [c for c in cats.columns if c.endswith("_frac")]
+    if len(cats):
+        long = cats.melt(id_vars="range", value_vars=frac_cols, var_name="category", value_name="share_frac")
         long["category"] = long["category"].str.removesuffix("_frac")
         sec.figures.append(
             Figure(
@@ -214,13 +216,13 @@ def phases_section(
         sec.tables.append(
             Table(
                 "Kernel time by category per phase",
-                in_ranges[["range", "kernel_time_ns", *frac_cols]],
+                cats[["range", "kernel_time_ns", *frac_cols]],
                 key=f"{res.label}_phase_categories",
             )
         )
-    rk = res.tables["range_kernels"]
+    pk = res.tables["phase_kernels"]
     for name, row in phases.head(MAX_PHASE_SECTIONS).set_index("range").iterrows():
-        inside = rk[rk["range"] == name].head(top)
+        inside = pk[pk["range"] == name].head(top)
         if inside.empty:
             continue
         inside = inside.assign(per_instance=inside["count"] / row["instances"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.breakdown import summarize_phases, summarize_ranges
+from analyze.breakdown import phase_ranges, summarize_phases, summarize_range_kernels, summarize_ranges
 from analyze.projection import launches, project_nvtx, summarize_projection
 from analyze.tables import NVTX_RANGES, RUNTIME, validate
 
@@ -77,7 +77,13 @@ def test_range_summary_and_window_view():
     att = project_nvtx(RANGES, OPS, launches(OPS, RUNTIME_ROWS))
     summ = summarize_ranges(RANGES, att).set_index("range")
     assert summ.loc["backward", "kernels"] == 0 and summ.loc["backward", "instances"] == 1
-    phases = summarize_phases(RANGES, OPS, launches(OPS, RUNTIME_ROWS), att).set_index("range")
+    launched = launches(OPS, RUNTIME_ROWS)
+    sel = phase_ranges(RANGES)
+    assert set(sel["name"].astype(str)) == {"step", "forward", "backward"}
+    window = project_nvtx(sel, OPS, launched, any_thread=True)
+    phases = summarize_phases(sel, att, window).set_index("range")
+    backward = summarize_range_kernels(window).set_index("range").loc["backward"]
+    assert backward["count"] == 1 and backward["total_ns"] == 400
     assert phases.loc["backward", "kernel_per_instance_ns"] == 0
     assert phases.loc["backward", "window_kernel_per_instance_ns"] == 400
     assert phases.loc["forward", "window_kernel_per_instance_ns"] == 400
