@@ -91,10 +91,12 @@ class Export:
         self.path = path
         self.conn = _connect(path)
         try:
-            self.columns = {
-                name: {row[1] for row in self.conn.execute(f'PRAGMA table_info("{name}")')}
+            info = {
+                name: self.conn.execute(f'PRAGMA table_info("{name}")').fetchall()
                 for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
             }
+            self.columns = {name: {row[1] for row in rows} for name, rows in info.items()}
+            self.not_null = {name: {row[1] for row in rows if row[3]} for name, rows in info.items()}
         except sqlite3.DatabaseError as err:
             raise InputError(f"{path}: not a readable SQLite database ({err})") from None
         if not any(t in self.columns for t in NSYS_MARKERS):
@@ -106,9 +108,9 @@ class Export:
         return table in self.columns
 
     def _select_sql(
-        self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], present: str, absent: str, where: str
+        self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], present, absent: str, where: str
     ) -> str:
-        """SELECT of the spec's columns: ``present``/``absent`` format each as it exists or not."""
+        """SELECT of the spec's columns: ``present(c)`` for a column the table has, ``absent`` for one it lacks."""
         required, optional = spec
         have = self.columns[table]
         missing = [c for c in required if c not in have]
@@ -116,7 +118,7 @@ class Export:
             raise InputError(
                 f"{self.path}: table {table} lacks required column(s) {', '.join(missing)}; unknown nsys schema"
             )
-        cols = [(present if c in have else absent).format(c=c) for c in (*required, *optional)]
+        cols = [present(c) if c in have else absent.format(c=c) for c in (*required, *optional)]
         return f'SELECT {", ".join(cols)} FROM "{table}" {where}'
 
     def select(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
@@ -124,14 +126,20 @@ class Export:
 
         Large activity tables go through the ADBC SQLite driver when installed
         (columnar Arrow batches, several times faster than building Python
-        tuples), else through sqlite3.
+        tuples), else through sqlite3. Columns declared NOT NULL skip the
+        coalesce(), which costs about a fifth of a big read.
         """
-        sql = self._select_sql(table, spec, f'coalesce("{{c}}", {MISSING}) AS "{{c}}"', f'{MISSING} AS "{{c}}"', where)
+        not_null = self.not_null[table]
+
+        def present(c: str) -> str:
+            return f'"{c}"' if c in not_null else f'coalesce("{c}", {MISSING}) AS "{c}"'
+
+        sql = self._select_sql(table, spec, present, f'{MISSING} AS "{{c}}"', where)
         return self.query_columnar(sql) if adbc_sqlite is not None else self.query(sql).astype("int64")
 
     def select_any(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
         """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN."""
-        return self.query(self._select_sql(table, spec, '"{c}"', 'NULL AS "{c}"', where))
+        return self.query(self._select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"', where))
 
     def query_columnar(self, sql: str) -> pd.DataFrame:
         try:
