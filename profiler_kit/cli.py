@@ -67,10 +67,11 @@ def output_options(default_stem: str):
         fn = click.option(
             "-o",
             "--output",
+            "--out",
             "out_dir",
             type=click.Path(file_okay=False, path_type=Path),
             default=None,
-            help="Folder for the output files [default: reports/<input name>].",
+            help="Folder for the output files [default: a folder under reports/ named for the input].",
         )(fn)
         fn = click.option(
             "--format",
@@ -184,27 +185,8 @@ def nvtx(path, top, fmt):
 
 @cli.command()
 @click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path),
-    default=Path("reports/memory"),
-    show_default=True,
-    help="Directory for memory.md and memory.html.",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["md", "csv", "json"]),
-    default="md",
-    show_default=True,
-    help="md: memory.md + memory.html; csv/json: one file per table (plus memory.html).",
-)
-@click.option(
-    "--top", type=click.IntRange(1), default=10, show_default=True, help="Rows per 'top' table and series per chart."
-)
-def memory(snapshots, out_dir, fmt, top):
+@output_options("memory")
+def memory(snapshots, out_dir, fmt, no_html, top, stem):
     """Explain peak GPU memory from torch.cuda.memory snapshots (.pickle, .pkl, .pickle.gz).
 
     Replays each snapshot's allocation trace: peak allocated and reserved and
@@ -213,6 +195,9 @@ def memory(snapshots, out_dir, fmt, top):
     Several snapshots also get a comparison table (size, ctx, mode, precision
     from file names or a run.json / <stem>.json beside the file). Directories
     are searched recursively. Snapshots are read without running code.
+
+    Writes <stem>.md and <stem>.html (default stem "memory", default folder
+    reports/memory); with --format csv/json, one <stem>.<table>.<fmt> per table.
 
     Example: profiler-kit memory runs/xl_ctx512_full_step_bf16.pickle -o reports/mem
     """
@@ -224,7 +209,8 @@ def memory(snapshots, out_dir, fmt, top):
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
     report = build_memory_report(load_snapshots(paths), top=top)
-    echo_written(write_files(out_dir, render_report_files(report, "memory", fmt)))
+    files = render_report_files(report, stem, fmt, html=not no_html)
+    echo_written(write_files(out_dir or Path("reports") / "memory", files))
 
 
 RECORD_SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
