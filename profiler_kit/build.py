@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.breakdown import gemm_vs_elementwise
+from profiler_kit.render.units import compact_name
 from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
@@ -60,8 +61,7 @@ def findings(res: TraceResult) -> list[str]:
 
 
 def _short(name: str, width: int = 90) -> str:
-    name = str(name)
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return compact_name(str(name), width)
 
 
 def trace_section(res: TraceResult, top: int) -> Section:

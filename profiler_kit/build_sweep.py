@@ -25,6 +25,7 @@ from analyze.flops import (
     step_flops,
 )
 from analyze.projection import launches, project_nvtx, summarize_projection
+from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
 
 SIZE_ORDER = {s: i for i, s in enumerate(["tiny", "small", "medium", "large", "xl", "2.7B"])}
@@ -85,8 +86,8 @@ def _timing_runs(metas: list[dict]) -> list[dict]:
 
 
 def short_kernel_name(name: str, width: int = 140) -> str:
-    """A kernel name cut to ``width`` characters for tables (full names are in the trace)."""
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """A kernel name shortened to ``width`` characters for tables (full names are in the trace)."""
+    return compact_name(name, width)
 
 
 def timing_table(metas: list[dict]) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from tabulate import tabulate
 
-from profiler_kit.render.units import for_display
+from profiler_kit.render.units import compact_name, for_display
 from profiler_kit.report import Report, Section
 
 MAX_CELL = 100  # characters; long kernel signatures are cut (CSV/JSON keep them whole)
@@ -13,8 +13,7 @@ MAX_CELL = 100  # characters; long kernel signatures are cut (CSV/JSON keep them
 
 def _cell(value):
     if isinstance(value, str):
-        value = value.replace("|", "\\|")
-        return value if len(value) <= MAX_CELL else value[: MAX_CELL - 1] + "…"
+        return compact_name(value, MAX_CELL).replace("|", "\\|")
     return value
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 # suffix -> (display suffix, divisor); first match wins
@@ -32,3 +34,20 @@ def for_display(df: pd.DataFrame) -> pd.DataFrame:
             s = s / div
         out[title] = s
     return pd.DataFrame(out, index=df.index)
+
+
+# Namespace and cast noise dropped from long C++ kernel names before they are cut to width.
+NAME_NOISE = re.compile(
+    r"^void |at::native::|\(anonymous namespace\)::|<unnamed>::|at::detail::|at::|std::|c10::|\((?:int|unsigned long)\)"
+)
+
+
+def compact_name(name: str, width: int = 100) -> str:
+    """A long kernel signature shortened for display: noise removed, then cut to ``width`` with an ellipsis.
+
+    Short names are returned unchanged; CSV/JSON outputs keep full names.
+    """
+    if len(name) <= width:
+        return name
+    name = re.sub(r"\s+", " ", NAME_NOISE.sub("", name))
+    return name if len(name) <= width else name[: width - 1] + "…"

@@ -1,0 +1,31 @@
+"""Renderers format, they do not compute: units from column suffixes, names compacted for display only."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from profiler_kit.render.markdown import render_table_md
+from profiler_kit.render.units import compact_name, for_display
+
+LONG = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    "TensorListMetadata<4>, at::native::(anonymous namespace)::PointwiseOpScalarFunctor<float, 4, 3, 0>>(T1)"
+)
+
+
+def test_compact_name_keeps_the_distinguishing_part():
+    short = compact_name(LONG, 100)
+    assert len(short) <= 100 and "PointwiseOpScalarFunctor" in short
+    assert compact_name("ampere_sgemm_128x64_tn") == "ampere_sgemm_128x64_tn"
+
+
+def test_units_from_suffixes_and_integers_stay_integers():
+    df = pd.DataFrame(
+        {"kernel": [LONG], "count": [3], "total_ns": [2_500_000], "share_frac": [0.25], "size_bytes": [2**21]}
+    )
+    shown = for_display(df)
+    assert list(shown.columns) == ["kernel", "count", "total (ms)", "share (%)", "size (MiB)"]
+    assert shown.iloc[0]["total (ms)"] == 2.5 and shown.iloc[0]["share (%)"] == 25 and shown.iloc[0]["size (MiB)"] == 2
+    md = render_table_md(df)
+    assert "|       3 |" in md or "| 3 |" in md.replace("  ", " ")
+    assert "PointwiseOpScalarFunctor" in md and "3.000" not in md
