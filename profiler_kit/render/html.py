@@ -6,16 +6,19 @@ plotly.js is embedded once (no CDN), so the page opens offline.
 from __future__ import annotations
 
 import html
+import re
 
+import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from profiler_kit.render.units import display_column, for_display
+from profiler_kit.render.units import compact_name, display_column, for_display
 from profiler_kit.report import Figure, Report, Section
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px;display:block;overflow-x:auto}
+code{background:#f3f3f3;padding:0 3px}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .note{color:#666;font-style:italic}
@@ -54,13 +57,22 @@ def build_plotly(fig: Figure) -> go.Figure:
 def _table_html(df) -> str:
     if df.empty:
         return "<p class='note'>(no rows)</p>"
-    return for_display(df).to_html(index=False, float_format=lambda v: f"{v:,.3f}", na_rep="", border=0)
+    shown = for_display(df)
+    for col in shown.columns:
+        if not pd.api.types.is_numeric_dtype(shown[col]):
+            shown[col] = shown[col].astype(object).map(lambda v: compact_name(v, 140) if isinstance(v, str) else v)
+    return shown.to_html(index=False, float_format=lambda v: f"{v:,.3f}", na_rep="", border=0)
+
+
+def _para(text: str) -> str:
+    """A paragraph with markdown `code` spans shown as <code>."""
+    return "<p>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text)) + "</p>"
 
 
 def _section(sec: Section, level: int, first_plot: list[bool]) -> list[str]:
     h = min(level, 6)
     out = [f"<h{h}>{html.escape(sec.title)}</h{h}>"]
-    out += [f"<p>{html.escape(p)}</p>" for p in sec.text]
+    out += [_para(p) for p in sec.text]
     for t in sec.tables:
         out += [f"<h{min(h + 1, 6)}>{html.escape(t.title)}</h{min(h + 1, 6)}>", _table_html(t.df)]
         if t.note:
@@ -77,7 +89,7 @@ def _section(sec: Section, level: int, first_plot: list[bool]) -> list[str]:
 def render_html(report: Report) -> str:
     """The whole report as one HTML page with embedded plotly.js."""
     body = [f"<h1>{html.escape(report.title)}</h1>"]
-    body += [f"<p>{html.escape(p)}</p>" for p in report.text]
+    body += [_para(p) for p in report.text]
     first_plot = [True]
     for sec in report.sections:
         body += _section(sec, 2, first_plot)
