@@ -17,6 +17,7 @@ from analyze.projection import launches, project_nvtx, range_label, summarize_pr
 from analyze.tables import Trace
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
+PROJECTED_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "correlation_id", "category", "is_kernel"]
 OP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "device_id", "stream_id", "correlation_id", "pid"]
 
 
@@ -267,11 +268,12 @@ def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
     """Every breakdown of one trace, by name: the entry point for notebooks and reports."""
     ops = gpu_ops(trace)
     launched = launches(ops, trace.runtime)
-    attributed = project_nvtx(trace.nvtx, ops, launched)
+    slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
+    attributed = project_nvtx(trace.nvtx, slim, launched)
     categories = summarize_categories(ops)
     projection = summarize_projection(trace.nvtx, attributed)
     phases = phase_ranges(trace.nvtx)
-    window = project_nvtx(phases, ops, launched, any_thread=True)
+    window = project_nvtx(phases, slim, launched, any_thread=True)
     return {
         "phases": summarize_phases(phases, attributed, window),
         "phase_kernels": summarize_range_kernels(window),

@@ -328,6 +328,8 @@ def analyze_sources(sources, roots, on_each=None) -> list[TraceResult]:
         kernels = tables["ops"][tables["ops"]["is_kernel"]]
         if kernels["pid"].nunique() > 1:
             tables["ranks"] = summarize_rank_time(kernels)
+        for per_op in ("ops", "attributed"):  # one row per GPU op: the report needs only the summaries
+            del tables[per_op]
         results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, tables))
         if on_each:
             on_each(src)
