@@ -142,6 +142,28 @@ def base_range_names(labels: pd.Series) -> pd.Series:
     return labels.astype(str).str.replace(EMIT_NVTX_SUFFIX, "", regex=True)
 
 
+def _sum_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Integer sums of ``values`` per group code 0..n-1 (np.add.at stays int64-exact; bincount weights are float)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, codes, values)
+    return out
+
+
+def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Number of distinct ``values`` per group code 0..n-1 (a fast ``groupby(codes).nunique()`` on integers).
+
+    Each (code, value) pair becomes one int64, ``code * width + value``, so one sort finds the distinct pairs
+    (np.sort, not np.unique: numpy 2.4's np.unique hashes and is ~50x slower on a million keys).
+    """
+    if len(values) == 0:
+        return np.zeros(n, dtype=np.int64)
+    values = values.astype(np.int64) - values.min()
+    width = int(values.max()) + 1
+    keys = np.sort(codes.astype(np.int64) * width + values)
+    distinct = keys[np.r_[True, keys[1:] != keys[:-1]]]
+    return np.bincount(distinct // width, minlength=n)
+
+
 def summarize_ranges(
     ranges: pd.DataFrame,
     attributed: pd.DataFrame,
@@ -156,48 +178,72 @@ def summarize_ranges(
     kernel_time_ns (summed over every enclosing instance, as ``nvtxkernsum``),
     and one ``<category>_frac`` column per category of that kernel time.
     With ``group_emit_nvtx`` names are grouped by ``base_range_names``.
+    Rows are range names in order of first appearance, then sorted by CPU time.
     """
     labels = range_label(ranges)
     if group_emit_nvtx:
         labels = base_range_names(labels)
-    lab = pd.Series(labels.to_numpy(), index=ranges.index)  # by index label: ``ranges`` may be a subset
-    g = ranges.assign(range=labels).groupby("range", sort=False)
-    out = pd.DataFrame({"instances": g.size(), "cpu_total_ns": g["duration_ns"].sum()})
-    out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
-    proj = summarize_projection(ranges, attributed) if projection is None else projection
-    pg = proj.assign(range=lab.reindex(proj["range_row"].to_numpy().astype("int64")).to_numpy()).groupby(
-        "range", sort=False
+    # Group on integer codes of the names: ``codes[i]`` is the name of ranges row i.
+    codes, names = pd.factorize(labels.to_numpy())
+    n = len(names)
+    instances = np.bincount(codes, minlength=n)
+    out = pd.DataFrame(
+        {"instances": instances, "cpu_total_ns": _sum_by(codes, ranges["duration_ns"].to_numpy(), n)},
+        index=pd.Index(names, name="range"),
     )
-    out["projected_instances"] = pg.size().reindex(out.index).fillna(0).astype("int64")
-    out["gpu_span_total_ns"] = pg["gpu_duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
+    out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
+
+    def name_codes(range_rows: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        """Name code of each row's range, and which rows name a range of ``ranges`` (by index label)."""
+        pos = ranges.index.get_indexer(range_rows.to_numpy())
+        return codes[pos], pos >= 0
+
+    proj = summarize_projection(ranges, attributed) if projection is None else projection
+    proj_codes, known = name_codes(proj["range_row"])
+    proj_codes = proj_codes[known]
+    out["projected_instances"] = np.bincount(proj_codes, minlength=n)
+    gpu_span = proj["gpu_duration_ns"].to_numpy()[known].astype(np.int64)
+    out["gpu_span_total_ns"] = _sum_by(proj_codes, gpu_span, n)
     out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
-    kern = attributed[attributed["is_kernel"]] if len(attributed) else attributed
-    kern = kern.assign(range=lab.reindex(kern["range_row"].to_numpy().astype("int64")).to_numpy())
-    kg = kern.groupby("range", observed=True, sort=False)
-    out["kernels"] = kg.size().reindex(out.index).fillna(0).astype("int64")
-    out["kernel_time_ns"] = kg["duration_ns"].sum().reindex(out.index).fillna(0).astype("int64")
-    if len(kern):
-        by_cat = kern.pivot_table(index="range", columns="category", values="duration_ns", aggfunc="sum", observed=True)
-        for cat in by_cat.columns:
-            out[f"{cat}_frac"] = (by_cat[cat].reindex(out.index) / out["kernel_time_ns"].replace(0, np.nan)).fillna(0)
+    kern = attributed[attributed["is_kernel"].to_numpy(dtype=bool)] if len(attributed) else attributed
+    kern_codes, known = name_codes(kern["range_row"])
+    kern_codes, kern_ns = kern_codes[known], kern["duration_ns"].to_numpy()[known]
+    out["kernels"] = np.bincount(kern_codes, minlength=n)
+    out["kernel_time_ns"] = _sum_by(kern_codes, kern_ns, n)
+    if len(kern_codes):
+        cats = pd.Categorical(kern["category"])[known]
+        n_cat = len(cats.categories)
+        by_cat = _sum_by(kern_codes * n_cat + cats.codes, kern_ns, n * n_cat).reshape(n, n_cat)
+        seen = np.bincount(cats.codes, minlength=n_cat) > 0  # a category no kernel falls in gets no column
+        kernel_time = out["kernel_time_ns"].replace(0, np.nan)
+        for j in np.flatnonzero(seen):
+            out[f"{cats.categories[j]}_frac"] = (by_cat[:, j] / kernel_time).fillna(0)
     return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
-    """Per (range name, kernel name): range instances, kernel count, total ns (as ``nvtxkernsum``)."""
-    kern = attributed[attributed["is_kernel"]]
-    g = kern.groupby(["range", "name"], observed=True, sort=False)
+    """Per (range name, kernel name): range instances, kernel count, total ns (as ``nvtxkernsum``).
+
+    ``count`` is distinct ops: a kernel under two nested ranges of one name counts once.
+    Rows are sorted by range name (in the ``range`` categories' order), then total time descending.
+    """
+    kern = attributed[attributed["is_kernel"].to_numpy(dtype=bool)]
+    ranges, kernels = pd.Categorical(kern["range"]), pd.Categorical(kern["name"])
+    pair = pd.Series(ranges.codes).groupby([ranges.codes, kernels.codes], sort=False).ngroup().to_numpy()
+    _, first = np.unique(pair, return_index=True)  # first row of each (range, kernel) pair, pairs in that order
+    n = len(first)
     out = pd.DataFrame(
         {
-            "category": g["category"].first().astype(str),
-            "range_instances": g["range_row"].nunique(),
-            "count": g["op_row"].nunique(),
-            "total_ns": g["duration_ns"].sum(),
+            "range": ranges[first],
+            "kernel": kernels[first],
+            "category": kern["category"].to_numpy()[first].astype(str),
+            "range_instances": count_distinct(pair, kern["range_row"].to_numpy(), n),
+            "count": count_distinct(pair, kern["op_row"].to_numpy(), n),
+            "total_ns": _sum_by(pair, kern["duration_ns"].to_numpy(), n),
         }
-    ).reset_index()
-    return out.rename(columns={"name": "kernel"}).sort_values(
-        ["range", "total_ns"], ascending=[True, False], ignore_index=True
     )
+    order = np.lexsort((-out["total_ns"].to_numpy(), out["range"].cat.codes.to_numpy()))
+    return out.iloc[order].reset_index(drop=True)
 
 
 # Ranges that mark training phases, by name; emit_nvtx op ranges ("::", "op_id") are not phases.

@@ -19,29 +19,39 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     """Each GPU op with its launching call: columns op_row, pid, tid, launch_start_ns, launch_end_ns.
 
     Ops without a matching runtime row (no correlation id, API not traced) are left out.
+    The match is on (pid, correlation id), first runtime row wins; exports without a
+    process id on GPU rows match on the correlation id alone. Rows keep the ops' order.
     """
-    if ops.empty or runtime.empty:
+    rt_cid = runtime["correlation_id"].to_numpy()
+    has_cid = np.flatnonzero(rt_cid >= 0)
+    if ops.empty or len(has_cid) == 0:
         return pd.DataFrame(
             {"op_row": [], "pid": [], "tid": [], "launch_start_ns": [], "launch_end_ns": []}, dtype="int64"
         )
-    left = pd.DataFrame(
-        {"op_row": np.arange(len(ops)), "pid": ops["pid"].to_numpy(), "cid": ops["correlation_id"].to_numpy()}
-    )
-    right = pd.DataFrame(
+    rt_cid, rt_pid = rt_cid[has_cid], runtime["pid"].to_numpy()[has_cid]
+    op_cid, op_pid = ops["correlation_id"].to_numpy(), ops["pid"].to_numpy()
+    if (op_pid < 0).all():
+        rt_pid, op_pid = np.zeros_like(rt_pid), np.zeros_like(op_pid)
+    # One integer key per (pid, correlation id) pair, so the join is a hash lookup instead of a merge.
+    pids = pd.Index(np.unique(rt_pid))
+    stride = int(rt_cid.max()) + 1
+    rt_key = pids.get_indexer(rt_pid) * stride + rt_cid
+    keys, first = np.unique(rt_key, return_index=True)  # first runtime row per key, as drop_duplicates keeps
+    op_pid_code = pids.get_indexer(op_pid)
+    op_key = op_pid_code * stride + op_cid
+    found = np.searchsorted(keys, op_key).clip(max=len(keys) - 1)
+    matched = (op_pid_code >= 0) & (op_cid >= 0) & (op_cid < stride) & (keys[found] == op_key)
+    op_rows = np.flatnonzero(matched)
+    rt_rows = has_cid[first[found[op_rows]]]
+    return pd.DataFrame(
         {
-            "pid": runtime["pid"].to_numpy(),
-            "cid": runtime["correlation_id"].to_numpy(),
-            "tid": runtime["tid"].to_numpy(),
-            "launch_start_ns": runtime["start_ns"].to_numpy(),
-            "launch_end_ns": runtime["end_ns"].to_numpy(),
+            "op_row": op_rows.astype(np.int64),
+            "pid": runtime["pid"].to_numpy()[rt_rows],
+            "tid": runtime["tid"].to_numpy()[rt_rows],
+            "launch_start_ns": runtime["start_ns"].to_numpy()[rt_rows],
+            "launch_end_ns": runtime["end_ns"].to_numpy()[rt_rows],
         }
     )
-    right = right[right["cid"] >= 0]
-    if (left["pid"] < 0).all():  # exports without a process id on GPU rows: join on correlation alone
-        right = right.drop_duplicates("cid")
-        return left.drop(columns="pid").merge(right, on="cid", how="inner").drop(columns="cid")
-    right = right.drop_duplicates(["pid", "cid"])
-    return left.merge(right, on=["pid", "cid"], how="inner").drop(columns="cid")
 
 
 def attribute(ranges: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:
@@ -108,10 +118,12 @@ def project_nvtx(
         ranges, launched = ranges.assign(tid=0, end_tid=-1), launched.assign(tid=0)
     pairs = attribute(ranges, launched)
     range_rows = pairs["range_row"].to_numpy()
-    labels = pd.Series(range_label(ranges).to_numpy(), index=ranges.index)
+    # Label each pair through its range's code: strings are looked up once per range, not per pair.
+    codes, labels = pd.factorize(range_label(ranges), sort=True)
+    range_codes = codes[ranges.index.get_indexer(range_rows)]
     out = ops.iloc[pairs["op_row"].to_numpy()].reset_index(drop=True)
     out.insert(0, "op_row", pairs["op_row"].to_numpy())
-    out.insert(0, "range", pd.Categorical(labels.reindex(range_rows).to_numpy()))
+    out.insert(0, "range", pd.Categorical.from_codes(range_codes, categories=labels).remove_unused_categories())
     out.insert(0, "range_row", range_rows)
     return out
 
