@@ -13,7 +13,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analyze.intervals import union_length
-from analyze.projection import launches, project_nvtx, range_label, summarize_projection
+from analyze.projection import count_distinct, launches, project_nvtx, range_label, sum_by, summarize_projection
 from analyze.tables import Trace
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
@@ -48,9 +48,9 @@ def busy_time_ns(ops: pd.DataFrame) -> int:
 
     Overlapping ops (several streams) count once; gaps count as idle.
     """
-    return sum(
-        union_length(g["start_ns"].to_numpy(), g["end_ns"].to_numpy()) for _, g in ops.groupby("device_id", sort=False)
-    )
+    device = ops["device_id"].to_numpy()
+    starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    return sum(union_length(starts[device == d], ends[device == d]) for d in pd.unique(device))
 
 
 def summarize_trace(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
@@ -58,7 +58,8 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
 
     Span runs from the first to the last GPU op (or CPU range when no GPU op ran).
     """
-    kern = ops[ops["is_kernel"]]
+    is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
+    kernel_ns = ops["duration_ns"].to_numpy()[is_kernel]
     starts = [df["start_ns"] for df in (ops, trace.nvtx, trace.runtime) if len(df)]
     ends = [df["end_ns"] for df in (ops, trace.nvtx, trace.runtime) if len(df)]
     span = int(max(e.max() for e in ends) - min(s.min() for s in starts)) if starts else 0
@@ -72,11 +73,11 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
                 "processes": int(ops["pid"].nunique()) if len(ops) else int(trace.nvtx["pid"].nunique()),
                 "trace_span_ns": span,
                 "gpu_span_ns": gpu_span,
-                "kernels": len(kern),
-                "distinct_kernels": int(kern["name"].nunique()),
-                "kernel_time_ns": int(kern["duration_ns"].sum()),
-                "memops": int((~ops["is_kernel"]).sum()),
-                "memop_time_ns": int(ops.loc[~ops["is_kernel"], "duration_ns"].sum()),
+                "kernels": len(kernel_ns),
+                "distinct_kernels": int(ops["name"][is_kernel].nunique()),
+                "kernel_time_ns": int(kernel_ns.sum()),
+                "memops": int((~is_kernel).sum()),
+                "memop_time_ns": int(ops["duration_ns"].to_numpy()[~is_kernel].sum()),
                 "gpu_busy_ns": busy,
                 "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
                 "nvtx_ranges": len(trace.nvtx),
@@ -142,28 +143,6 @@ def base_range_names(labels: pd.Series) -> pd.Series:
     return labels.astype(str).str.replace(EMIT_NVTX_SUFFIX, "", regex=True)
 
 
-def _sum_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Integer sums of ``values`` per group code 0..n-1 (np.add.at stays int64-exact; bincount weights are float)."""
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, codes, values)
-    return out
-
-
-def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Number of distinct ``values`` per group code 0..n-1 (a fast ``groupby(codes).nunique()`` on integers).
-
-    Each (code, value) pair becomes one int64, ``code * width + value``, so one sort finds the distinct pairs
-    (np.sort, not np.unique: numpy 2.4's np.unique hashes and is ~50x slower on a million keys).
-    """
-    if len(values) == 0:
-        return np.zeros(n, dtype=np.int64)
-    values = values.astype(np.int64) - values.min()
-    width = int(values.max()) + 1
-    keys = np.sort(codes.astype(np.int64) * width + values)
-    distinct = keys[np.r_[True, keys[1:] != keys[:-1]]]
-    return np.bincount(distinct // width, minlength=n)
-
-
 def summarize_ranges(
     ranges: pd.DataFrame,
     attributed: pd.DataFrame,
@@ -188,7 +167,7 @@ def summarize_ranges(
     n = len(names)
     instances = np.bincount(codes, minlength=n)
     out = pd.DataFrame(
-        {"instances": instances, "cpu_total_ns": _sum_by(codes, ranges["duration_ns"].to_numpy(), n)},
+        {"instances": instances, "cpu_total_ns": sum_by(codes, ranges["duration_ns"].to_numpy(), n)},
         index=pd.Index(names, name="range"),
     )
     out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
@@ -203,17 +182,17 @@ def summarize_ranges(
     proj_codes = proj_codes[known]
     out["projected_instances"] = np.bincount(proj_codes, minlength=n)
     gpu_span = proj["gpu_duration_ns"].to_numpy()[known].astype(np.int64)
-    out["gpu_span_total_ns"] = _sum_by(proj_codes, gpu_span, n)
+    out["gpu_span_total_ns"] = sum_by(proj_codes, gpu_span, n)
     out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
-    kern = attributed[attributed["is_kernel"].to_numpy(dtype=bool)] if len(attributed) else attributed
-    kern_codes, known = name_codes(kern["range_row"])
-    kern_codes, kern_ns = kern_codes[known], kern["duration_ns"].to_numpy()[known]
+    att_codes, known = name_codes(attributed["range_row"])
+    kern = np.flatnonzero(known & attributed["is_kernel"].to_numpy(dtype=bool))  # rows: kernels in a known range
+    kern_codes, kern_ns = att_codes[kern], attributed["duration_ns"].to_numpy()[kern]
     out["kernels"] = np.bincount(kern_codes, minlength=n)
-    out["kernel_time_ns"] = _sum_by(kern_codes, kern_ns, n)
+    out["kernel_time_ns"] = sum_by(kern_codes, kern_ns, n)
     if len(kern_codes):
-        cats = pd.Categorical(kern["category"])[known]
+        cats = pd.Categorical(attributed["category"])[kern]
         n_cat = len(cats.categories)
-        by_cat = _sum_by(kern_codes * n_cat + cats.codes, kern_ns, n * n_cat).reshape(n, n_cat)
+        by_cat = sum_by(kern_codes * n_cat + cats.codes, kern_ns, n * n_cat).reshape(n, n_cat)
         seen = np.bincount(cats.codes, minlength=n_cat) > 0  # a category no kernel falls in gets no column
         kernel_time = out["kernel_time_ns"].replace(0, np.nan)
         for j in np.flatnonzero(seen):
@@ -227,19 +206,21 @@ def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
     ``count`` is distinct ops: a kernel under two nested ranges of one name counts once.
     Rows are sorted by range name (in the ``range`` categories' order), then total time descending.
     """
-    kern = attributed[attributed["is_kernel"].to_numpy(dtype=bool)]
-    ranges, kernels = pd.Categorical(kern["range"]), pd.Categorical(kern["name"])
-    pair = pd.Series(ranges.codes).groupby([ranges.codes, kernels.codes], sort=False).ngroup().to_numpy()
-    _, first = np.unique(pair, return_index=True)  # first row of each (range, kernel) pair, pairs in that order
-    n = len(first)
+    kern = np.flatnonzero(attributed["is_kernel"].to_numpy(dtype=bool))
+    ranges, kernels = pd.Categorical(attributed["range"])[kern], pd.Categorical(attributed["name"])[kern]
+    # One integer per (range, kernel) pair, numbered in order of first appearance (as groupby(sort=False)).
+    pair, _ = pd.factorize(ranges.codes.astype(np.int64) * len(kernels.categories) + kernels.codes)
+    n = pair.max() + 1 if len(pair) else 0
+    first = np.full(n, len(pair))
+    np.minimum.at(first, pair, np.arange(len(pair)))  # first row of each pair
     out = pd.DataFrame(
         {
             "range": ranges[first],
             "kernel": kernels[first],
-            "category": kern["category"].to_numpy()[first].astype(str),
-            "range_instances": count_distinct(pair, kern["range_row"].to_numpy(), n),
-            "count": count_distinct(pair, kern["op_row"].to_numpy(), n),
-            "total_ns": _sum_by(pair, kern["duration_ns"].to_numpy(), n),
+            "category": np.asarray(pd.Categorical(attributed["category"])[kern[first]]).astype(str),
+            "range_instances": count_distinct(pair, attributed["range_row"].to_numpy()[kern], n),
+            "count": count_distinct(pair, attributed["op_row"].to_numpy()[kern], n),
+            "total_ns": sum_by(pair, attributed["duration_ns"].to_numpy()[kern], n),
         }
     )
     order = np.lexsort((-out["total_ns"].to_numpy(), out["range"].cat.codes.to_numpy()))
