@@ -234,9 +234,11 @@ def summarize_all_reduce(rows: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         backend, world_size, size_bytes, time_ns (median per op, slowest rank), algbw_gb_per_s
-        (size / time, 1e9 bytes), busbw_gb_per_s (algbw * 2(n-1)/n), iters, device.
+        (size / time, 1e9 bytes), busbw_gb_per_s (algbw * 2(n-1)/n), iters, device, gpus_on_host
+        (GPUs the host had, when recorded: a 2-rank run on a 4-GPU host may use other links than on a 2-GPU one).
     """
-    r = rows.sort_values(["backend", "world_size", "size_bytes"]).reset_index(drop=True)
+    r = rows.sort_values(["backend", "world_size", "size_bytes"], kind="stable").reset_index(drop=True)
+    hosts = r["gpus_on_host"] if "gpus_on_host" in r else pd.Series(np.nan, index=r.index)
     return pd.DataFrame(
         {
             "backend": r["backend"],
@@ -247,39 +249,57 @@ def summarize_all_reduce(rows: pd.DataFrame) -> pd.DataFrame:
             "busbw_gb_per_s": r["busbw_bytes_per_s"] / 1e9,
             "iters": r["iters"].astype("int64"),
             "device": r["device"],
+            "gpus_on_host": hosts.astype("Int64"),
         }
     )
 
 
+def launch_keys(rows: pd.DataFrame) -> pd.Series:
+    """Which launch each DDP row came from: its ``launch`` id, else (older rows) its world size."""
+    ws = "ws" + rows["world_size"].astype("int64").astype(str)
+    if "launch" not in rows:
+        return ws
+    return rows["launch"].where(rows["launch"].notna(), ws).astype(str)
+
+
 def summarize_ddp_steps(rows: pd.DataFrame) -> pd.DataFrame:
-    """DDP step times per variant (workloads.ddp_train JSONL), next to torch DDP from the same run.
+    """DDP step times per variant (workloads.ddp_train JSONL), next to torch DDP from the same launch.
 
     Args:
-        rows: label, variant, bucket_mb, world_size, step_s (list of per-step seconds, slowest rank).
+        rows: label, variant, bucket_mb, world_size, step_s (list of per-step seconds, slowest rank),
+            optionally launch (rows of one torchrun launch share it).
 
     Returns:
-        label, variant, bucket_mb, world_size, steps, step_ns (median), step_min_ns,
-        torch_ddp_bucket_mb and torch_ddp_ns (median of every torch-DDP step in ``rows`` with the
+        launch, label, variant, bucket_mb, world_size, steps, step_ns (median), step_min_ns,
+        torch_ddp_bucket_mb and torch_ddp_ns (median of every torch-DDP step of the same launch with the
         same bucket size, else with 25 MiB),
         vs_torch_ddp_frac (step_ns / torch_ddp_ns - 1; negative = faster than torch DDP).
-        A label that appears twice (torch DDP run first and last) gets one row per run.
+        A label that appears twice in a launch (torch DDP run first and last) gets one row per run.
     """
-    torch_rows = rows[rows["variant"] == "torch"]
-    pooled = {mb: np.concatenate(g["step_s"].map(np.asarray).to_list()) for mb, g in torch_rows.groupby("bucket_mb")}
+    rows = rows.assign(
+        launch=launch_keys(rows),
+        gpus_on_host=rows["gpus_on_host"] if "gpus_on_host" in rows else pd.Series(np.nan, index=rows.index),
+    )
+    pooled = {
+        key: np.concatenate(g["step_s"].map(np.asarray).to_list())
+        for key, g in rows[rows["variant"] == "torch"].groupby(["launch", "bucket_mb"])
+    }
     out = []
     for r in rows.itertuples(index=False):
         steps = np.asarray(r.step_s, dtype=float)
         bucket = r.bucket_mb if r.variant in ("bucketed", "torch") else None
-        ref_mb = bucket if bucket in pooled else 25.0
-        ref = pooled.get(ref_mb)
+        ref_mb = bucket if (r.launch, bucket) in pooled else 25.0
+        ref = pooled.get((r.launch, ref_mb))
         ref_ns = int(round(np.median(ref) * 1e9)) if ref is not None else None
         step_ns = int(round(np.median(steps) * 1e9))
         out.append(
             {
+                "launch": r.launch,
                 "label": r.label,
                 "variant": r.variant,
                 "bucket_mb": bucket,
                 "world_size": int(r.world_size),
+                "gpus_on_host": r.gpus_on_host,
                 "steps": len(steps),
                 "step_ns": step_ns,
                 "step_min_ns": int(round(steps.min() * 1e9)),
@@ -288,4 +308,30 @@ def summarize_ddp_steps(rows: pd.DataFrame) -> pd.DataFrame:
                 "vs_torch_ddp_frac": step_ns / ref_ns - 1 if ref_ns else np.nan,
             }
         )
-    return pd.DataFrame(out)
+    df = pd.DataFrame(out)
+    df["gpus_on_host"] = df["gpus_on_host"].astype("Int64")
+    return df
+
+
+def ddp_scaling(steps: pd.DataFrame) -> pd.DataFrame:
+    """Median step time per variant label and world size on one host (rows of summarize_ddp_steps).
+
+    Batch per rank is fixed, so with perfect scaling the step time stays flat as ranks are added:
+    ``efficiency_<n>`` = step time at the smallest world size / step time at n (1.0 = perfect).
+    Only runs on hosts with the same GPU count are compared (rows without one are left out), and
+    only labels measured at every world size of that host. Several runs of one label are pooled by median.
+    """
+    known = steps.dropna(subset=["gpus_on_host"])
+    frames = []
+    for host, g in known.groupby("gpus_on_host"):
+        t = g.groupby(["label", "world_size"], sort=False)["step_ns"].median().unstack("world_size")
+        t = t.dropna().sort_index(axis=1)
+        if t.shape[1] < 2 or t.empty:
+            continue
+        out = pd.DataFrame({"gpus_on_host": int(host), "label": t.index})
+        for n in t.columns:
+            out[f"step_ns_{n}"] = t[n].to_numpy()
+        for n in t.columns[1:]:
+            out[f"efficiency_{n}"] = (t[t.columns[0]] / t[n]).to_numpy()
+        frames.append(out)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

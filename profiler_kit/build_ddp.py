@@ -19,6 +19,8 @@ from analyze.errors import InputError
 from analyze.ranks import (
     compare_variants,
     concat_ranks,
+    ddp_scaling,
+    launch_keys,
     slowest_rank_per_step,
     step_ranges,
     summarize_all_reduce,
@@ -29,7 +31,7 @@ from analyze.ranks import (
 )
 from analyze.results import read_jsonl
 from analyze.tables import Trace
-from profiler_kit.report import Figure, Report, Section, Table
+from profiler_kit.report import Figure, Report, Section, Table, slug
 
 RANK_FILE = re.compile(r"^(?P<label>.+)_rank(?P<rank>\d+)\.json(\.gz)?$")
 
@@ -69,7 +71,9 @@ def load_ddp_inputs(folder: Path) -> DdpInputs:
     for p in sorted(folder.rglob("*_rank*.json*")):
         m = RANK_FILE.match(p.name)
         if m:
-            per_rank.setdefault(m["label"], {})[int(m["rank"])] = p
+            sub = p.parent.relative_to(folder).as_posix()
+            label = m["label"] if sub == "." else f"{sub}/{m['label']}"  # traces of several runs stay apart
+            per_rank.setdefault(label, {})[int(m["rank"])] = p
     for label, files in sorted(per_rank.items()):
         traces = [read_kineto(files[r]) for r in sorted(files)]
         out.kernels[label] = concat_ranks([_classify(t) for t in traces])
@@ -94,7 +98,7 @@ def _ddp_findings(steps: pd.DataFrame) -> list[str]:
     for _, r in steps[steps["variant"] == "bucketed"].iterrows():
         verdict = "within" if abs(r["vs_torch_ddp_frac"]) <= 0.05 else "outside"
         text.append(
-            f"{r['label']}: median step {_ms(r['step_ns'])} vs torch DDP ({r['torch_ddp_bucket_mb']:g} MiB buckets) "
+            f"{r['label']} ({r['world_size']} ranks): median step {_ms(r['step_ns'])} vs torch DDP ({r['torch_ddp_bucket_mb']:g} MiB buckets) "
             f"{_ms(r['torch_ddp_ns'])}: {r['vs_torch_ddp_frac']:+.1%}, {verdict} 5%."
         )
     return text
@@ -134,22 +138,45 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
             rows = rows[~profiled]
             timing_note = f"{int(profiled.sum())} runs timed under torch.profiler are left out of this table."
         s = summarize_ddp_steps(rows)
-        first = rows.iloc[0]
-        rep.sections.append(
-            Section(
-                "DDP step time by variant",
-                text=[
-                    f"Model {first['size']}, ctx {first['ctx']}, batch {first['batch_per_rank']} per rank, "
-                    f"{first['world_size']} ranks ({first['backend']}, {first['device']}); "
-                    f"{first['warmup']} warm-up then {first['steps']} timed steps per variant, all in one launch; "
-                    "a step's time is the slowest rank's (host clock, device sync at step end). torch DDP rows "
-                    "that appear twice ran first and last: their spread is the run-to-run noise. " + timing_note,
-                    *_ddp_findings(s),
-                ],
-                tables=[Table("Step time per variant", s)],
-                figures=[Figure("Median step time", s, kind="bar", x="label", y="step_ns")],
-            )
+        launches = [
+            f"Launch {key}: model {r['size']}, ctx {r['ctx']}, batch {r['batch_per_rank']} per rank, "
+            f"{r['world_size']} ranks ({r['backend']}, {r['device']}"
+            + (f", host with {int(r['gpus_on_host'])} GPUs" if pd.notna(r.get("gpus_on_host")) else "")
+            + f"); {r['warmup']} warm-up then {r['steps']} timed steps per variant."
+            for key, r in rows.assign(launch=launch_keys(rows)).groupby("launch", sort=False).first().iterrows()
+        ]
+        sec = Section(
+            "DDP step time by variant",
+            text=[
+                "Each launch runs its variants one after another in one torchrun job; a step's time is the slowest "
+                "rank's (host clock, device sync at step end), and each variant is compared with torch DDP of the "
+                "same launch. torch DDP rows that appear twice ran first and last: their spread is the run-to-run "
+                "noise. " + timing_note,
+                *launches,
+                *_ddp_findings(s),
+            ],
+            tables=[Table("Step time per variant", s)],
+            figures=[
+                Figure(
+                    "Median step time",
+                    s.assign(x=s["label"] + " n=" + s["world_size"].astype(str)),
+                    kind="bar",
+                    x="x",
+                    y="step_ns",
+                )
+            ],
         )
+        scaling = ddp_scaling(s)
+        if not scaling.empty:
+            sec.tables.append(
+                Table(
+                    "Scaling with world size",
+                    scaling,
+                    note="Batch per rank fixed: perfect scaling keeps the step time flat; efficiency = step time "
+                    "at the smallest world size / step time at n. Same host only.",
+                )
+            )
+        rep.sections.append(sec)
     if inputs.kernels:
         per_step = {}
         sec = Section(
@@ -167,12 +194,14 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
                     Section(label, text=["No GPU kernels in these traces (a CPU run): nothing to split."])
                 )
                 continue
-            sub = Section(label, tables=[Table(f"{label}: per rank", summarize_rank_time(k), key=f"{label}_ranks")])
+            sub = Section(
+                label, tables=[Table(f"{label}: per rank", summarize_rank_time(k), key=slug(f"{label}_ranks"))]
+            )
             steps = inputs.steps.get(label)
             if steps is not None and not steps.empty:
                 per_step[label] = summarize_steps(k, steps)
                 sub.tables.append(
-                    Table(f"{label}: slowest rank per step", slowest_rank_per_step(steps), key=f"{label}_slowest")
+                    Table(f"{label}: slowest rank per step", slowest_rank_per_step(steps), key=slug(f"{label}_slowest"))
                 )
             else:
                 sub.text.append("No 'step' ranges in this trace: per-step tables need them.")

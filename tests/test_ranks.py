@@ -15,9 +15,11 @@ from analyze.intervals import intersection_length, interval_union, union_length
 from analyze.ranks import (
     compare_variants,
     concat_ranks,
+    ddp_scaling,
     rank_of_pid,
     slowest_rank_per_step,
     step_ranges,
+    summarize_ddp_steps,
     summarize_rank_time,
     summarize_steps,
 )
@@ -246,12 +248,77 @@ def test_ddp_report_from_jsonl(tmp_path):
     res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path), "-o", str(tmp_path / "out"), "--no-html"])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "bucketed25mb: median step 105.0 ms vs torch DDP (25 MiB buckets) 110.0 ms: -4.5%, within 5%." in md
+    assert (
+        "bucketed25mb (2 ranks): median step 105.0 ms vs torch DDP (25 MiB buckets) 110.0 ms: -4.5%, within 5%." in md
+    )
     assert "| gloo      |            4 |" in md
     res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path), "-o", str(tmp_path / "csv"), "--format", "csv"])
     steps = pd.read_csv(next((tmp_path / "csv").glob("*step_time*.csv"))).set_index("label")
     assert steps.loc["naive", "vs_torch_ddp_frac"] == pytest.approx(0.2 / 0.11 - 1)
     assert steps.loc["naive", "step_ns"] == 200_000_000
+
+
+def test_ddp_steps_compare_within_launch_and_scaling():
+    base = {"size": "xl", "ctx": 128, "batch_per_rank": 4, "backend": "nccl", "device": "H200", "gpus_on_host": 4}
+    rows = pd.DataFrame(
+        [
+            base
+            | {
+                "launch": "a",
+                "world_size": 2,
+                "label": "torch25mb",
+                "variant": "torch",
+                "bucket_mb": 25.0,
+                "step_s": [0.10, 0.10, 0.10],
+            },
+            base
+            | {
+                "launch": "a",
+                "world_size": 2,
+                "label": "naive",
+                "variant": "naive",
+                "bucket_mb": None,
+                "step_s": [0.15, 0.15, 0.15],
+            },
+            base
+            | {
+                "launch": "b",
+                "world_size": 4,
+                "label": "torch25mb",
+                "variant": "torch",
+                "bucket_mb": 25.0,
+                "step_s": [0.125, 0.125, 0.125],
+            },
+            base
+            | {
+                "launch": "b",
+                "world_size": 4,
+                "label": "naive",
+                "variant": "naive",
+                "bucket_mb": None,
+                "step_s": [0.25, 0.25, 0.25],
+            },
+            # an older row (no launch, other host): compared with nothing of launch a or b
+            base
+            | {
+                "launch": None,
+                "gpus_on_host": None,
+                "world_size": 2,
+                "label": "naive",
+                "variant": "naive",
+                "bucket_mb": None,
+                "step_s": [0.3, 0.3, 0.3],
+            },
+        ]
+    )
+    s = summarize_ddp_steps(rows)
+    assert s["torch_ddp_ns"].tolist()[:4] == [100_000_000, 100_000_000, 125_000_000, 125_000_000]
+    assert s.loc[3, "vs_torch_ddp_frac"] == pytest.approx(1.0)
+    assert pd.isna(s.loc[4, "torch_ddp_ns"]) and np.isnan(s.loc[4, "vs_torch_ddp_frac"])
+    sc = ddp_scaling(s).set_index("label")
+    assert sc.loc["naive", "step_ns_2"] == 150_000_000  # the host-less 0.3 s row is not pooled in
+    assert sc.loc["naive", "efficiency_4"] == pytest.approx(0.6)
+    assert sc.loc["torch25mb", "efficiency_4"] == pytest.approx(0.8)
 
 
 def test_no_kernels_gives_empty_tables():

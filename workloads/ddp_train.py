@@ -155,6 +155,8 @@ def run_variant(args, variant: str, bucket_mb: float, device: torch.device) -> d
         "optimizer_state_bytes_rank0": optimizer_state_bytes(opt),
         "peak_memory_bytes_rank0": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "gpus_on_host": torch.cuda.device_count() if device.type == "cuda" else None,
+        "launch": args.launch,
         "torch": torch.__version__,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
     }
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
     variants = [parse_variant(v) for v in args.variants]
+    # rows of one launch share this key: the report compares each variant with torch DDP of the same launch
+    args.launch = time.strftime("%Y%m%dT%H%M%S") + f"-pid{os.getpid()}"
 
     if args.device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", 0))

@@ -79,6 +79,7 @@ def bench_row(size_bytes: int, device: torch.device, iters: int) -> dict:
         "algbw_bytes_per_s": size_bytes / med,
         "busbw_bytes_per_s": size_bytes / med * bus_factor(world),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "gpus_on_host": torch.cuda.device_count() if device.type == "cuda" else None,
         "torch": torch.__version__,
     }
 
