@@ -317,7 +317,7 @@ def ddp_scaling(steps: pd.DataFrame) -> pd.DataFrame:
     """Median step time per variant label and world size on one host (rows of summarize_ddp_steps).
 
     Batch per rank is fixed, so with perfect scaling the step time stays flat as ranks are added:
-    ``efficiency_<n>`` = step time at the smallest world size / step time at n (1.0 = perfect).
+    ``efficiency_n<n>_frac`` = step time at the smallest world size / step time at n (1.0 = perfect).
     Only runs on hosts with the same GPU count are compared (rows without one are left out), and
     only labels measured at every world size of that host. Several runs of one label are pooled by median.
     """
@@ -330,8 +330,8 @@ def ddp_scaling(steps: pd.DataFrame) -> pd.DataFrame:
             continue
         out = pd.DataFrame({"gpus_on_host": int(host), "label": t.index})
         for n in t.columns:
-            out[f"step_ns_{n}"] = t[n].to_numpy()
+            out[f"step_n{n}_ns"] = t[n].to_numpy()
         for n in t.columns[1:]:
-            out[f"efficiency_{n}"] = (t[t.columns[0]] / t[n]).to_numpy()
+            out[f"efficiency_n{n}_frac"] = (t[t.columns[0]] / t[n]).to_numpy()
         frames.append(out)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -316,9 +316,9 @@ def test_ddp_steps_compare_within_launch_and_scaling():
     assert s.loc[3, "vs_torch_ddp_frac"] == pytest.approx(1.0)
     assert pd.isna(s.loc[4, "torch_ddp_ns"]) and np.isnan(s.loc[4, "vs_torch_ddp_frac"])
     sc = ddp_scaling(s).set_index("label")
-    assert sc.loc["naive", "step_ns_2"] == 150_000_000  # the host-less 0.3 s row is not pooled in
-    assert sc.loc["naive", "efficiency_4"] == pytest.approx(0.6)
-    assert sc.loc["torch25mb", "efficiency_4"] == pytest.approx(0.8)
+    assert sc.loc["naive", "step_n2_ns"] == 150_000_000  # the host-less 0.3 s row is not pooled in
+    assert sc.loc["naive", "efficiency_n4_frac"] == pytest.approx(0.6)
+    assert sc.loc["torch25mb", "efficiency_n4_frac"] == pytest.approx(0.8)
 
 
 def test_no_kernels_gives_empty_tables():
