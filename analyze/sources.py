@@ -77,16 +77,19 @@ def discover(paths: list[str | Path]) -> list[Source]:
     return found
 
 
-def read_trace(source: Source) -> Trace:
-    """Read one trace file (nsys export or report, or Kineto JSON) into a Trace."""
+def read_trace(source: Source, details: bool = True) -> Trace:
+    """Read one trace file (nsys export or report, or Kineto JSON) into a Trace.
+
+    ``details=False`` lets the nsys reader skip columns the breakdowns never use (``read_nsys_sqlite``).
+    """
     from analyze.nsys_sqlite import read_nsys_sqlite
 
     if source.kind == "nsys-sqlite":
-        return read_nsys_sqlite(source.path)
+        return read_nsys_sqlite(source.path, details)
     if source.kind == "nsys-report":
         from analyze.nsys_export import export_report
 
-        trace = read_nsys_sqlite(export_report(source.path))
+        trace = read_nsys_sqlite(export_report(source.path), details)
         trace.meta["source"] = str(source.path)
         return trace
     if source.kind == "kineto":

@@ -323,7 +323,7 @@ def analyze_sources(sources, roots, on_each=None) -> list[TraceResult]:
 
     results = []
     for src in sources:
-        trace = read_trace(src)
+        trace = read_trace(src, details=False)
         tables = analyze_trace(trace)
         kernels = tables["ops"][tables["ops"]["is_kernel"]]
         if kernels["pid"].nunique() > 1:

@@ -145,7 +145,7 @@ def _one_trace(path: str):
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
         raise InputError(f"{path}: not a trace file (.sqlite, .nsys-rep, .qdrep, .json[.gz])")
-    return analyze_trace(read_trace(Source(Path(path), kind)))
+    return analyze_trace(read_trace(Source(Path(path), kind), details=False))
 
 
 def _print_table(df, fmt: str) -> None:
