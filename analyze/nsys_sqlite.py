@@ -363,8 +363,11 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
     ).assign(pid=np.where(gpid != MISSING, pid_of(gpid), -1))
 
 
-def read_nvtx(exp: Export, strings: pd.Series) -> pd.DataFrame:
-    """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId)."""
+def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
+    """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId).
+
+    Without ``details`` the nesting depth is not computed (left -1).
+    """
     types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
     df = exp.select_any("NVTX_EVENTS", NVTX_COLUMNS, where=f"WHERE eventType IN ({types})")
     if df.empty:
@@ -391,7 +394,8 @@ def read_nvtx(exp: Export, strings: pd.Series) -> pd.DataFrame:
     ranges["domain"] = ranges["domain"].astype("category")
     push_pop = (ranges["style"] == "push_pop").to_numpy()
     depth = np.full(len(ranges), -1, dtype=np.int64)  # start/end ranges need not nest
-    depth[push_pop] = nesting_depth(ranges[push_pop])
+    if details:
+        depth[push_pop] = nesting_depth(ranges[push_pop])
     ranges["depth"] = depth
     return ranges
 
@@ -440,8 +444,9 @@ def read_nsys_sqlite(path: str | Path, details: bool = True) -> Trace:
     file, or a schema major version this reader does not know.
 
     ``details=False`` skips what the breakdowns never use, a third of the reading
-    on a big export: kernel launch shapes, registers and shared memory come back
-    as -1, kernel ``name`` as the demangled name, runtime API names as "".
+    on a big export: kernel launch shapes, registers and shared memory and NVTX
+    nesting depths come back as -1, kernel ``name`` as the demangled name,
+    runtime API names as "".
     """
     path = Path(path)
     exp = Export(path)
@@ -465,7 +470,7 @@ def read_nsys_sqlite(path: str | Path, details: bool = True) -> Trace:
             }
         )
         optional = {
-            "nvtx": read_nvtx(exp, strings) if exp.has("NVTX_EVENTS") else None,
+            "nvtx": read_nvtx(exp, strings, details) if exp.has("NVTX_EVENTS") else None,
             "gpus": read_gpus(exp),
             "threads": read_threads(exp, strings),
         }
