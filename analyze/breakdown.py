@@ -33,7 +33,8 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     parts = [p for p in (kernels, memops) if len(p)] or [kernels]
     ops = pd.DataFrame(
         {c: np.concatenate([p[c].to_numpy() for p in parts]) for c in OP_COLUMNS if c != "name"}
-        | {"is_kernel": np.concatenate([p["is_kernel"].to_numpy(dtype=bool) for p in parts])}
+        | {"is_kernel": np.concatenate([p["is_kernel"].to_numpy(dtype=bool) for p in parts])},
+        copy=False,  # fresh arrays: skip pandas' copy into one 2-D block
     )
     ops["name"] = union_categoricals([pd.Categorical(p["name"]) for p in parts])
     ops["subcategory"] = union_categoricals([pd.Categorical(p["subcategory"]) for p in parts])

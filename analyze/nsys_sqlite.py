@@ -9,7 +9,9 @@ decoded with replacement characters rather than rejected.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -66,8 +68,15 @@ KERNEL_COLUMNS = (
      "blockX", "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory"),
 )  # fmt: skip
 RUNTIME_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
+# What the breakdowns use (details=False): no launch shapes, registers, shared memory or API names.
+KERNEL_LEAN_COLUMNS = (
+    ("start", "end"),
+    ("shortName", "demangledName", "deviceId", "streamId", "correlationId", "globalPid"),
+)
+RUNTIME_LEAN_COLUMNS = (("start", "end"), ("globalTid", "correlationId"))
 MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
+MEMOP_TABLES = {"CUPTI_ACTIVITY_KIND_MEMCPY": MEMCPY_COLUMNS, "CUPTI_ACTIVITY_KIND_MEMSET": MEMSET_COLUMNS}
 NVTX_COLUMNS = (("start", "eventType"), ("end", "text", "textId", "globalTid", "endGlobalTid", "domainId"))
 
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
@@ -90,6 +99,7 @@ class Export:
     def __init__(self, path: Path):
         self.path = path
         self.conn = _connect(path)
+        self.pool: ThreadPoolExecutor | None = None
         try:
             info = {
                 name: self.conn.execute(f'PRAGMA table_info("{name}")').fetchall()
@@ -137,6 +147,20 @@ class Export:
         sql = self._select_sql(table, spec, present, f'{MISSING} AS "{{c}}"', where)
         return self.query_columnar(sql) if adbc_sqlite is not None else self.query(sql).astype("int64")
 
+    def select_soon(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]]) -> Future:
+        """``select()`` on a worker thread, so the big tables are read side by side.
+
+        The ADBC driver releases the GIL while SQLite steps through rows, and each
+        read opens its own connection; without it the read runs here, on sqlite3.
+        """
+        if adbc_sqlite is None:
+            done: Future = Future()
+            done.set_result(self.select(table, spec))
+            return done
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 1)))
+        return self.pool.submit(self.select, table, spec)
+
     def select_any(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
         """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN."""
         return self.query(self._select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"', where))
@@ -160,6 +184,8 @@ class Export:
         return pd.DataFrame.from_records(rows, columns=[d[0] for d in cur.description])
 
     def close(self):
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
         self.conn.close()
 
 
@@ -237,16 +263,38 @@ def _times(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def read_kernels(exp: Export, strings: pd.Series) -> pd.DataFrame:
-    df = _times(exp.select("CUPTI_ACTIVITY_KIND_KERNEL", KERNEL_COLUMNS))
+def read_kernels(
+    exp: Export, strings: pd.Series, details: bool = True, raw: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Kernels; ``raw`` is the table's ``select()`` when already read (see ``read_nsys_sqlite``)."""
+    spec = KERNEL_COLUMNS if details else KERNEL_LEAN_COLUMNS
+    df = _times(exp.select("CUPTI_ACTIVITY_KIND_KERNEL", spec) if raw is None else raw)
     short, demangled = df["shortName"], df["demangledName"]
     if ((short == MISSING) & (demangled == MISSING)).all():
         raise InputError(f"{exp.path}: CUPTI_ACTIVITY_KIND_KERNEL has no kernel name column")
-    df["name"] = _decode(short.where(short != MISSING, demangled), strings, "<unknown kernel>")
     df["demangled_name"] = _decode(demangled.where(demangled != MISSING, short), strings, "<unknown kernel>")
+    df["name"] = (
+        _decode(short.where(short != MISSING, demangled), strings, "<unknown kernel>")
+        if details
+        else df["demangled_name"]
+    )
     gpid = df["globalPid"].to_numpy()
     df["pid"] = np.where(gpid != MISSING, pid_of(gpid), -1)
-    shared = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
+    if details:
+        df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
+    else:
+        unread = np.full(len(df), MISSING, dtype=np.int64)
+        for col in (
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "registers_per_thread",
+            "shared_memory_bytes",
+        ):
+            df[col] = unread
     return df.rename(
         columns={
             "deviceId": "device_id",
@@ -260,18 +308,22 @@ def read_kernels(exp: Export, strings: pd.Series) -> pd.DataFrame:
             "blockZ": "block_z",
             "registersPerThread": "registers_per_thread",
         }
-    ).assign(shared_memory_bytes=shared)
-
-
-def read_runtime(exp: Export, strings: pd.Series) -> pd.DataFrame:
-    df = _times(exp.select("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME_COLUMNS))
-    gtid = df["globalTid"].to_numpy()
-    return df.assign(
-        name=_decode(df["nameId"], strings, "<unknown API>"),
-        pid=pid_of(gtid),
-        tid=tid_of(gtid),
-        correlation_id=df["correlationId"],
     )
+
+
+def read_runtime(
+    exp: Export, strings: pd.Series, details: bool = True, raw: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """CUDA runtime calls; without ``details`` their API names are not read (left "")."""
+    spec = RUNTIME_COLUMNS if details else RUNTIME_LEAN_COLUMNS
+    df = _times(exp.select("CUPTI_ACTIVITY_KIND_RUNTIME", spec) if raw is None else raw)
+    gtid = df["globalTid"].to_numpy()
+    name = (
+        _decode(df["nameId"], strings, "<unknown API>")
+        if details
+        else pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[""])
+    )
+    return df.assign(name=name, pid=pid_of(gtid), tid=tid_of(gtid), correlation_id=df["correlationId"])
 
 
 def _memcpy_labels(exp: Export) -> dict[int, str]:
@@ -282,17 +334,19 @@ def _memcpy_labels(exp: Export) -> dict[int, str]:
     return MEMCPY_KIND_LABELS
 
 
-def read_memops(exp: Export) -> pd.DataFrame:
+def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Memcpy and memset rows; ``raw`` holds their tables' ``select()`` when already read."""
+    raw = raw if raw is not None else {t: exp.select(t, spec) for t, spec in MEMOP_TABLES.items() if exp.has(t)}
     parts = []
-    if exp.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
-        df = _times(exp.select("CUPTI_ACTIVITY_KIND_MEMCPY", MEMCPY_COLUMNS))
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" in raw:
+        df = _times(raw["CUPTI_ACTIVITY_KIND_MEMCPY"])
         labels = _memcpy_labels(exp)
         kind = df["copyKind"].clip(lower=0)
         df["name"] = "[CUDA memcpy " + kind.map(labels).fillna("Unknown") + "]"
         df["kind"] = "memcpy"
         parts.append(df)
-    if exp.has("CUPTI_ACTIVITY_KIND_MEMSET"):
-        df = _times(exp.select("CUPTI_ACTIVITY_KIND_MEMSET", MEMSET_COLUMNS))
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in raw:
+        df = _times(raw["CUPTI_ACTIVITY_KIND_MEMSET"])
         df["name"], df["kind"] = "[CUDA memset]", "memset"
         parts.append(df)
     if not parts:
@@ -309,8 +363,11 @@ def read_memops(exp: Export) -> pd.DataFrame:
     ).assign(pid=np.where(gpid != MISSING, pid_of(gpid), -1))
 
 
-def read_nvtx(exp: Export, strings: pd.Series) -> pd.DataFrame:
-    """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId)."""
+def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
+    """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId).
+
+    Without ``details`` the nesting depth is not computed (left -1).
+    """
     types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
     df = exp.select_any("NVTX_EVENTS", NVTX_COLUMNS, where=f"WHERE eventType IN ({types})")
     if df.empty:
@@ -337,7 +394,8 @@ def read_nvtx(exp: Export, strings: pd.Series) -> pd.DataFrame:
     ranges["domain"] = ranges["domain"].astype("category")
     push_pop = (ranges["style"] == "push_pop").to_numpy()
     depth = np.full(len(ranges), -1, dtype=np.int64)  # start/end ranges need not nest
-    depth[push_pop] = nesting_depth(ranges[push_pop])
+    if details:
+        depth[push_pop] = nesting_depth(ranges[push_pop])
     ranges["depth"] = depth
     return ranges
 
@@ -378,18 +436,29 @@ def read_threads(exp: Export, strings: pd.Series) -> pd.DataFrame | None:
     return df
 
 
-def read_nsys_sqlite(path: str | Path) -> Trace:
+def read_nsys_sqlite(path: str | Path, details: bool = True) -> Trace:
     """Read one nsys SQLite export into normalized tables.
 
     Absent tables (no kernels ran, no GPU, no NVTX) give empty tables, not errors.
     Raises InputError for a missing, non-SQLite, non-nsys, truncated or corrupt
     file, or a schema major version this reader does not know.
+
+    ``details=False`` skips what the breakdowns never use, a third of the reading
+    on a big export: kernel launch shapes, registers and shared memory and NVTX
+    nesting depths come back as -1, kernel ``name`` as the demangled name,
+    runtime API names as "".
     """
     path = Path(path)
     exp = Export(path)
     try:
         meta = read_metadata(exp)
         version = check_schema_version(path, meta)
+        big = {
+            "CUPTI_ACTIVITY_KIND_KERNEL": KERNEL_COLUMNS if details else KERNEL_LEAN_COLUMNS,
+            "CUPTI_ACTIVITY_KIND_RUNTIME": RUNTIME_COLUMNS if details else RUNTIME_LEAN_COLUMNS,
+            **MEMOP_TABLES,
+        }
+        pending = {t: exp.select_soon(t, spec) for t, spec in big.items() if exp.has(t)}  # read while NVTX is read here
         strings = _strings(exp)
         trace = Trace(
             meta={
@@ -400,16 +469,17 @@ def read_nsys_sqlite(path: str | Path) -> Trace:
                 "platform": str(meta.get("EXPORT_PLATFORM", meta.get("EXPORT_OS", ""))),
             }
         )
-        if exp.has("CUPTI_ACTIVITY_KIND_KERNEL"):
-            trace.kernels = read_kernels(exp, strings)
-        if exp.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-            trace.runtime = read_runtime(exp, strings)
         optional = {
-            "memops": read_memops(exp),
-            "nvtx": read_nvtx(exp, strings) if exp.has("NVTX_EVENTS") else None,
+            "nvtx": read_nvtx(exp, strings, details) if exp.has("NVTX_EVENTS") else None,
             "gpus": read_gpus(exp),
             "threads": read_threads(exp, strings),
         }
+        raw = {t: future.result() for t, future in pending.items()}
+        if "CUPTI_ACTIVITY_KIND_KERNEL" in raw:
+            trace.kernels = read_kernels(exp, strings, details, raw.pop("CUPTI_ACTIVITY_KIND_KERNEL"))
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in raw:
+            trace.runtime = read_runtime(exp, strings, details, raw.pop("CUPTI_ACTIVITY_KIND_RUNTIME"))
+        optional["memops"] = read_memops(exp, raw)
         for attr, df in optional.items():
             if df is not None:
                 setattr(trace, attr, df)

@@ -32,17 +32,17 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     op_cid, op_pid = ops["correlation_id"].to_numpy(), ops["pid"].to_numpy()
     if (op_pid < 0).all():
         rt_pid, op_pid = np.zeros_like(rt_pid), np.zeros_like(op_pid)
-    # One integer key per (pid, correlation id) pair, so the join is a hash lookup instead of a merge.
-    pids = pd.Index(np.unique(rt_pid))
+    # One integer key per (pid, correlation id) pair, so the join is a lookup instead of a merge.
+    rt_pid_code, pids = pd.factorize(rt_pid)
     stride = int(rt_cid.max()) + 1
-    rt_key = pids.get_indexer(rt_pid) * stride + rt_cid
-    keys, first = np.unique(rt_key, return_index=True)  # first runtime row per key, as drop_duplicates keeps
-    op_pid_code = pids.get_indexer(op_pid)
-    op_key = op_pid_code * stride + op_cid
-    found = np.searchsorted(keys, op_key).clip(max=len(keys) - 1)
-    matched = (op_pid_code >= 0) & (op_cid >= 0) & (op_cid < stride) & (keys[found] == op_key)
+    rt_key = rt_pid_code * stride + rt_cid
+    op_pid_code = pd.Index(pids).get_indexer(op_pid)
+    valid = (op_pid_code >= 0) & (op_cid >= 0) & (op_cid < stride)
+    op_key = np.where(valid, op_pid_code * stride + op_cid, 0)
+    rt_row = first_row_of_key(rt_key, op_key)  # first runtime row per key, as drop_duplicates keeps
+    matched = valid & (rt_row >= 0)
     op_rows = np.flatnonzero(matched)
-    rt_rows = has_cid[first[found[op_rows]]]
+    rt_rows = has_cid[rt_row[op_rows]]
     return pd.DataFrame(
         {
             "op_row": op_rows.astype(np.int64),
@@ -50,8 +50,16 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
             "tid": runtime["tid"].to_numpy()[rt_rows],
             "launch_start_ns": runtime["start_ns"].to_numpy()[rt_rows],
             "launch_end_ns": runtime["end_ns"].to_numpy()[rt_rows],
-        }
+        },
+        copy=False,  # fresh arrays: skip pandas' copy into one 2-D block
     )
+
+
+def first_row_of_key(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each of ``wanted``, the first row of ``keys`` holding it, or -1."""
+    uniq, first = np.unique(keys, return_index=True)
+    pos = np.searchsorted(uniq, wanted).clip(max=len(uniq) - 1)
+    return np.where(uniq[pos] == wanted, first[pos], -1)
 
 
 def attribute(ranges: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:

@@ -77,16 +77,28 @@ def discover(paths: list[str | Path]) -> list[Source]:
     return found
 
 
-def read_trace(source: Source) -> Trace:
-    """Read one trace file (nsys export or report, or Kineto JSON) into a Trace."""
+def read_trace(source: Source, details: bool = True, cache: bool = False) -> Trace:
+    """Read one trace file (nsys export or report, or Kineto JSON) into a Trace.
+
+    ``details=False`` lets the nsys reader skip columns the breakdowns never use
+    (``read_nsys_sqlite``); ``cache=True`` keeps a big export's tables beside it
+    as Arrow files for the next read (``analyze.trace_cache``).
+    """
     from analyze.nsys_sqlite import read_nsys_sqlite
 
+    def read_export(path: Path) -> Trace:
+        if not cache:
+            return read_nsys_sqlite(path, details)
+        from analyze.trace_cache import read_cached
+
+        return read_cached(path, lambda: read_nsys_sqlite(path, details), variant=f"details={details}")
+
     if source.kind == "nsys-sqlite":
-        return read_nsys_sqlite(source.path)
+        return read_export(source.path)
     if source.kind == "nsys-report":
         from analyze.nsys_export import export_report
 
-        trace = read_nsys_sqlite(export_report(source.path))
+        trace = read_export(export_report(source.path))
         trace.meta["source"] = str(source.path)
         return trace
     if source.kind == "kineto":

@@ -315,15 +315,18 @@ def label_for(path, roots) -> str:
     return path.name
 
 
-def analyze_sources(sources, roots, on_each=None) -> list[TraceResult]:
-    """Read and analyse every trace source; ``on_each`` is called after each (for progress)."""
+def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[TraceResult]:
+    """Read and analyse every trace source; ``on_each`` is called after each (for progress).
+
+    ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
+    """
     from analyze.breakdown import analyze_trace
     from analyze.ranks import summarize_rank_time
     from analyze.sources import read_trace
 
     results = []
     for src in sources:
-        trace = read_trace(src)
+        trace = read_trace(src, details=False, cache=cache)
         tables = analyze_trace(trace)
         kernels = tables["ops"][tables["ops"]["is_kernel"]]
         if kernels["pid"].nunique() > 1:

@@ -103,7 +103,12 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @output_options("report")
-def report(paths, out_dir, fmt, no_html, top, stem):
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Neither read nor write the Arrow copy of a big export (.<name>.profiler-kit-cache/ beside it).",
+)
+def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
     PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
@@ -113,7 +118,9 @@ def report(paths, out_dir, fmt, no_html, top, stem):
     attention matmuls, fp32 vs bf16, profiling overhead, achieved GEMM TFLOP/s
     and MFU against the GPU's calibrated ceilings (calibration.json). Writes <stem>.md and <stem>.html (charts) to the
     output folder; with --format csv/json, one <stem>.<table>.<fmt> per table.
-    Several traces also get comparison tables.
+    Several traces also get comparison tables. An export over 32 MiB leaves an
+    Arrow copy of its tables in a hidden folder beside it, which makes the next
+    report on the unchanged file faster (--no-cache: neither read nor write it).
 
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
@@ -129,7 +136,7 @@ def report(paths, out_dir, fmt, no_html, top, stem):
     if not traces and not snapshots:
         raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
     with progress(traces, "Analysing") as bar:
-        results = analyze_sources(bar, paths)
+        results = analyze_sources(bar, paths, cache=not no_cache)
     run_dirs = find_run_dirs(paths)
     extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
     extra += memory_sections(load_snapshots(snapshots), top=top) if snapshots else []
@@ -145,7 +152,7 @@ def _one_trace(path: str):
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
         raise InputError(f"{path}: not a trace file (.sqlite, .nsys-rep, .qdrep, .json[.gz])")
-    return analyze_trace(read_trace(Source(Path(path), kind)))
+    return analyze_trace(read_trace(Source(Path(path), kind), details=False))
 
 
 def _print_table(df, fmt: str) -> None:

@@ -1,0 +1,145 @@
+"""A columnar copy of a big export's normalized tables, kept beside it, so a second read is fast.
+
+Reading a 150 MiB nsys export through SQLite takes seconds; the same tables as
+Arrow IPC files load in a fraction of that. The copy lives in a hidden folder
+``.<export name>.profiler-kit-cache/`` next to the export and is used only while
+its key still matches: the export's size and modification time, how it was read
+(``variant``), and a fingerprint of the reader's source and the pandas/pyarrow
+versions, so a changed file or a changed reader never serves stale tables.
+
+Writing is all or nothing: the folder is built under a temporary name and
+renamed into place. A folder without write permission bits (or any write error)
+means no cache, silently; a cache that fails to load is ignored and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analyze.tables import SCHEMAS, Trace
+
+MISSING = -1  # an unread column (read_nsys_sqlite details=False) holds only this; it is not stored
+
+MIN_EXPORT_BYTES = 32 * 2**20  # smaller exports read fast enough; no folder beside them
+SUFFIX = ".profiler-kit-cache"
+READER_SOURCES = ("nsys_sqlite.py", "tables.py", "trace_cache.py")
+
+
+def cache_dir(path: Path) -> Path:
+    return path.parent / f".{path.name}{SUFFIX}"
+
+
+def cache_key(path: Path, variant: str) -> dict:
+    """What the cached tables depend on; any difference makes the cache stale."""
+    import pyarrow
+
+    st = path.stat()
+    here = Path(__file__).parent
+    reader = hashlib.sha256(b"".join((here / name).read_bytes() for name in READER_SOURCES)).hexdigest()
+    return {
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "variant": variant,
+        "reader": reader,
+        "pandas": pd.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+
+
+def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Trace:
+    """``read()``'s Trace, from the cache beside ``path`` when it is current, else read and cached.
+
+    Exports under MIN_EXPORT_BYTES are always read directly. A cached Trace's
+    ``meta["source"]`` is ``path`` as given this time.
+    """
+    path = Path(path)
+    try:
+        import pyarrow  # noqa: F401  optional (README, Dependencies): no pyarrow, no cache
+    except ImportError:  # pragma: no cover - exercised where pyarrow is absent
+        return read()
+    if path.stat().st_size < MIN_EXPORT_BYTES:
+        return read()
+    key = cache_key(path, variant)
+    trace = _load(cache_dir(path), key)
+    if trace is None:
+        trace = read()
+        _save_soon(cache_dir(path), key, trace)
+    else:
+        trace.meta["source"] = str(path)
+    return trace
+
+
+def _load(folder: Path, key: dict) -> Trace | None:
+    import pyarrow as pa
+
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        if manifest.get("key") != key:
+            return None
+        tables = {}
+        for name in SCHEMAS:
+            with pa.memory_map(str(folder / f"{name}.arrow")) as source:
+                df = pa.ipc.open_file(source).read_all().to_pandas(split_blocks=True)
+            for col in manifest["unstored"][name]:
+                df[col] = np.full(len(df), MISSING, dtype=np.int64)
+            tables[name] = df
+        return Trace(**tables, meta=manifest["meta"]).validated()
+    except Exception:  # missing, partial or unreadable cache: read the export instead
+        return None
+
+
+def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None:
+    """Start writing the cache on a thread (Arrow writes without the GIL) while the caller analyses.
+
+    The Arrow tables share the DataFrames' buffers, which nothing modifies in place.
+    The thread is not a daemon: the process waits for it before exiting.
+    """
+    import pyarrow as pa
+
+    parent = folder.parent
+    if not parent.stat().st_mode & 0o222:  # a folder marked read-only stays untouched, even for root
+        return None
+    tables, unstored = {}, {}
+    for name in SCHEMAS:
+        df = getattr(trace, name)
+        unstored[name] = [c for c in df.columns if df[c].dtype == np.int64 and len(df) and (df[c] == MISSING).all()]
+        tables[name] = pa.Table.from_pandas(df.drop(columns=unstored[name]), preserve_index=False)
+    manifest = {"key": key, "meta": trace.meta, "unstored": unstored}
+    thread = threading.Thread(target=_write, args=(folder, manifest, tables), name="trace-cache")
+    thread.start()
+    return thread
+
+
+def _write(folder: Path, manifest: dict, tables: dict) -> None:
+    """Write the cache folder under a temporary name, then rename it into place; any error: no cache."""
+    import pyarrow as pa
+
+    parent, tmp = folder.parent, None
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f"{folder.name}.tmp-"))
+        for name, table in tables.items():
+            with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+        (tmp / "manifest.json").write_text(json.dumps(manifest))
+        os.chmod(tmp, 0o755)
+        old = parent / f"{folder.name}.old-{os.getpid()}"
+        if folder.exists():
+            os.rename(folder, old)
+        os.rename(tmp, folder)
+        tmp = None
+        shutil.rmtree(old, ignore_errors=True)
+    except (OSError, pa.ArrowException, TypeError, ValueError):
+        pass
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

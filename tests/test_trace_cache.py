@@ -1,0 +1,85 @@
+"""The Arrow copy of an export's tables: same tables back, rebuilt when the file changes, never half-written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analyze import trace_cache
+from analyze.nsys_sqlite import read_nsys_sqlite
+from analyze.sources import Source, read_trace
+from analyze.tables import SCHEMAS
+
+FIXTURE = Path(__file__).parent / "data" / "nsys_cpu" / "cpu_nvtx.sqlite"
+
+
+@pytest.fixture
+def export(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_cache, "MIN_EXPORT_BYTES", 0)
+    path = tmp_path / "run.sqlite"
+    shutil.copy(FIXTURE, path)
+    return path
+
+
+def read(path: Path):
+    trace = read_trace(Source(path, "nsys-sqlite"), details=False, cache=True)
+    for thread in trace_cache.threading.enumerate():
+        if thread.name == "trace-cache":
+            thread.join()
+    return trace
+
+
+def assert_same(a, b):
+    for name in SCHEMAS:
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
+    assert a.meta == b.meta
+
+
+def test_cached_read_gives_the_same_tables(export):
+    direct = read_nsys_sqlite(export, details=False)
+    first = read(export)
+    assert trace_cache.cache_dir(export).is_dir()
+    assert_same(direct, first)
+    assert_same(direct, read(export))
+    assert not [p for p in export.parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_changed_export_is_read_again(export, monkeypatch):
+    read(export)
+    os.utime(export, ns=(1, 1))
+    calls = []
+    real = trace_cache._load
+    monkeypatch.setattr(trace_cache, "_load", lambda *a: calls.append(real(*a)) or calls[-1])
+    read(export)
+    assert calls == [None]  # stale key: not served
+
+
+def test_broken_cache_is_ignored(export):
+    direct = read_nsys_sqlite(export, details=False)
+    read(export)
+    (trace_cache.cache_dir(export) / "kernels.arrow").write_bytes(b"not arrow")
+    assert_same(direct, read(export))
+
+
+def test_read_only_folder_gets_no_cache(export):
+    folder = export.parent
+    folder.chmod(0o555)
+    try:
+        read(export)
+        assert not trace_cache.cache_dir(export).exists()
+    finally:
+        folder.chmod(0o755)
+
+
+def test_no_cache_flag(export, tmp_path):
+    from click.testing import CliRunner
+
+    from profiler_kit.cli import cli
+
+    res = CliRunner().invoke(cli, ["report", str(export), "-o", str(tmp_path / "out"), "--no-cache"])
+    assert res.exit_code == 0, res.output
+    assert not trace_cache.cache_dir(export).exists()
