@@ -18,6 +18,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "item"
 
 
+def file_key(key: str, title: str) -> str:
+    """``key`` made safe as a file name (labels of traces in subfolders hold "/"), else the title's slug."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("_.") if key else slug(title)
+
+
 @dataclass
 class Table:
     """A titled DataFrame. ``key`` names its CSV/JSON file; ``note`` is shown under it."""
@@ -28,7 +33,7 @@ class Table:
     key: str = ""
 
     def __post_init__(self):
-        self.key = self.key or slug(self.title)
+        self.key = file_key(self.key, self.title)
 
 
 @dataclass
@@ -50,7 +55,7 @@ class Figure:
     key: str = ""
 
     def __post_init__(self):
-        self.key = self.key or slug(self.title)
+        self.key = file_key(self.key, self.title)
 
 
 @dataclass

@@ -43,6 +43,18 @@ def test_report_tables_as_data(tmp_path, fmt):
         assert step["instances"] == 3 and isinstance(step["cpu_total_ns"], int)
 
 
+def test_report_data_files_for_traces_in_subfolders(tmp_path):
+    """Trace labels hold the subfolder ("sub/cpu_nvtx.sqlite"): table files must still be plain names."""
+    src = tmp_path / "in" / "sub"
+    src.mkdir(parents=True)
+    (src / "cpu_nvtx.sqlite").write_bytes(CPU_FIXTURE.read_bytes())
+    res = run("report", tmp_path / "in", "-o", tmp_path / "out", "--format", "csv", "--no-html")
+    assert res.exit_code == 0, res.output
+    names = [p.name for p in (tmp_path / "out").iterdir()]
+    assert any(n.endswith("_ranges.csv") and "sub" in n for n in names)
+    assert all(p.is_file() for p in (tmp_path / "out").iterdir())
+
+
 @pytest.mark.skipif(not (SHARED_DATA / "nsys_sqlite").is_dir(), reason="shared data absent")
 def test_report_on_shared_exports_names_top_kernel(tmp_path):
     res = run("report", SHARED_DATA / "nsys_sqlite", "-o", tmp_path)
