@@ -40,6 +40,20 @@ DQ = [(128, 32, 4, 4), (128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3)]
 TMA_DKDV = [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 4, 3), (128, 128, 8, 2),
             (64, 64, 4, 3)]  # fmt: skip
 ATOMIC_DKDV = [(64, 128, 8, 3)]
+# run 5: around run 4's winners (64x64 dK/dV tiles with the TMA dQ reduce; 128x64 forward), stages and warps
+GRIDS = {
+    "run4": {"fwd": FWD, "fwd_tma": FWD_TMA, "dkdv": DKDV, "dq": DQ, "tma_dkdv": TMA_DKDV, "atomic": ATOMIC_DKDV},
+    "run5": {
+        "fwd": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 64, 4, 3), (128, 64, 4, 2), (128, 128, 8, 2), (64, 64, 4, 4),
+                (64, 32, 4, 4), (128, 32, 8, 4)],
+        "fwd_tma": [],
+        "dkdv": [(32, 128, 4, 3), (64, 64, 4, 4)],
+        "dq": [(128, 32, 4, 3), (64, 64, 4, 4), (128, 64, 4, 3), (64, 32, 4, 3)],
+        "tma_dkdv": [(64, 64, 4, 3), (64, 64, 4, 2), (64, 64, 4, 4), (64, 64, 4, 5), (64, 64, 8, 3), (32, 64, 4, 3),
+                     (32, 64, 4, 4), (32, 32, 4, 3), (64, 128, 8, 3), (32, 128, 4, 3)],
+        "atomic": [(64, 64, 4, 3)],
+    },
+}  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2
 
@@ -56,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     p.add_argument("--no-final", action="store_true", help="screen only")
     p.add_argument("--device", default="cuda", help="cpu: dry run of this script under TRITON_INTERPRET=1")
+    p.add_argument("--grid", default="run4", choices=sorted(GRIDS), help="which config lists to screen")
+    p.add_argument("--tag", default="run4", help="prefix of the output files (<tag>_variants.jsonl, ...)")
     args = p.parse_args(argv)
     dev = args.device
+    grid = GRIDS[args.grid]
 
     if dev == "cuda":
         from triton.testing import do_bench
@@ -68,10 +85,17 @@ def main(argv: list[str] | None = None) -> int:
             fn()
             return (time.perf_counter() - start) * 1e3
 
+    from workloads import flash_triton
     from workloads.flash_triton import backward_kernels, forward_kernels
 
+    def regs() -> dict:
+        """Registers and spills of the kernels the last fixed-config launch compiled (compiler's figures)."""
+        out = {f"{k}_regs_spills": list(v) for k, v in flash_triton.LAST_COMPILED.items()}
+        flash_triton.LAST_COMPILED.clear()
+        return out
+
     out_dir = Path(args.out_dir)
-    sink = open(out_dir / "run4_variants.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+    sink = open(out_dir / f"{args.tag}_variants.jsonl", "a", encoding="utf-8")  # noqa: SIM115
     t0 = time.perf_counter()
     rows: list[dict] = []
 
@@ -120,23 +144,24 @@ def main(argv: list[str] | None = None) -> int:
         return time.perf_counter() - t0 > args.budget_s
 
     # backward variants: (mode, dkdv config, dq config)
-    o, lse = forward_kernels(q, k, v, True, FWD[0], False)
+    o, lse = forward_kernels(q, k, v, True, grid["fwd"][0], False)
+    regs()  # forget the forward's figures: bwd rows list the backward kernels only
 
     def bwd_variants():
-        for cfg in TMA_DKDV:
+        for cfg in grid["tma_dkdv"]:
             yield "tma", cfg, None
-        for cfg in DKDV:
-            yield "two_kernel", cfg, DQ[0]
+        for cfg in grid["dkdv"]:
+            yield "two_kernel", cfg, grid["dq"][0]
         yield "best_dkdv", None, None  # marker: dq configs with the best two-kernel dK/dV config
-        for cfg in ATOMIC_DKDV:
+        for cfg in grid["atomic"]:
             yield "atomic", cfg, None
 
-    best_dkdv = DKDV[0]
+    best_dkdv = grid["dkdv"][0]
     for mode, c1, c2 in bwd_variants():
         if mode == "best_dkdv":
             two = [r for r in rows if r.get("what") == "bwd" and r["mode"] == "two_kernel" and r.get("status") == "ok"]
-            best_dkdv = tuple(min(two, key=lambda r: r["ms"])["dkdv"]) if two else DKDV[0]
-            todo = [("two_kernel", best_dkdv, c) for c in DQ[1:]]
+            best_dkdv = tuple(min(two, key=lambda r: r["ms"])["dkdv"]) if two else grid["dkdv"][0]
+            todo = [("two_kernel", best_dkdv, c) for c in grid["dq"][1:]]
         else:
             todo = [(mode, c1, c2)]
         for mode_, cfg1, cfg2 in todo:
@@ -146,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 grads = backward_kernels(do_rand, q, k, v, o, lse, True, mode_, cfg1, cfg2)
+                row |= regs()
                 for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
                     row[f"rel_err_{name}"] = _rel(got, ref[name])
                 row["ms"] = bench(
@@ -158,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             emit(row)
 
     # forward variants
-    for tma, configs in ((False, FWD), (True, FWD_TMA)):
+    for tma, configs in ((False, grid["fwd"]), (True, grid["fwd_tma"])):
         for cfg in configs:
             row = {"what": "fwd", "tma": tma, "config": list(cfg)}
             if over_budget():
@@ -166,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 o, lse = forward_kernels(q, k, v, True, cfg, tma)
+                row |= regs()
                 row["rel_err_o"] = _rel(o, ref["o"])
                 row["ms"] = bench(lambda c=cfg, t=tma: forward_kernels(q, k, v, True, c, t))
                 row["status"] = "ok" if row["rel_err_o"] < TOL else "wrong"
@@ -212,11 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "FLASH_TRITON_CONFIGS": json.dumps(chosen), "TRITON_PRINT_AUTOTUNING": "1"}
     bench_cmd = [sys.executable, "-m", "workloads.attention_bench"]
     lead = ["--impl", "triton", "sdpa", "--d-head", "64", "--seq", str(n), "--causal", "--warmup", "200",
-            "--rep", "2000", "--out", str(out_dir / "run4_lead.jsonl")]  # fmt: skip
+            "--rep", "2000", "--out", str(out_dir / f"{args.tag}_lead.jsonl")]  # fmt: skip
     checks = [
         ["--check", "--impl", "triton", "--d-head", "64", "--seq", "777", "4096", "--causal",
-         "--out", str(out_dir / "run4_check.jsonl")],
-        ["--check", "--impl", "triton", "--d-head", "64", "--seq", "777", "--out", str(out_dir / "run4_check.jsonl")],
+         "--out", str(out_dir / f"{args.tag}_check.jsonl")],
+        ["--check", "--impl", "triton", "--d-head", "64", "--seq", "777", "--out", str(out_dir / f"{args.tag}_check.jsonl")],
     ]  # fmt: skip
     for extra in [lead, *checks] if dev == "cuda" else []:
         print("$ FLASH_TRITON_CONFIGS='" + env["FLASH_TRITON_CONFIGS"] + "' python -m workloads.attention_bench "

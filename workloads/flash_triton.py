@@ -459,13 +459,20 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"unsupported dtype {q.dtype}")
 
 
+LAST_COMPILED: dict[str, tuple] = {}  # kernel name -> (registers, spills) of the last fixed-config launch
+
+
 def _launch(kernel, grid, args, consts, config):
     """Autotuned launch, or (``config=(BLOCK_M, BLOCK_N, num_warps, num_stages)``) one fixed config."""
     if config is None:
         kernel[grid](*args, **consts)
     else:
         bm, bn, warps, stages = config
-        kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+        compiled = kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+        fn = kernel
+        while hasattr(fn, "fn"):  # Autotuner -> Heuristics -> JITFunction -> the Python function
+            fn = fn.fn
+        LAST_COMPILED[fn.__name__] = (getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None))
 
 
 def _hopper(q: torch.Tensor) -> bool:
