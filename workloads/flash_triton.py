@@ -29,7 +29,9 @@ pays nothing).
   measured no faster than pointer loads (run 4), so it is off.
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
-treats them as opaque calls (no graph break, no tracing into Triton).
+treats them as opaque calls (no graph break, no tracing into Triton). Eager
+calls skip that wrapper: its dispatch costs about 40 us a call on the host,
+which is most of a short sequence's time (benchmarks/attention_overhead.py).
 
 Set ``TRITON_INTERPRET=1`` before importing this module to run the kernels on
 the CPU (tests do); a single small tile config is then used.
@@ -599,12 +601,21 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-2], x.shape[-1]).contiguous()
 
 
+def _fwd(q, k, v, is_causal):
+    """The custom op while torch.compile traces, the kernels themselves in eager mode."""
+    return (_fwd_op if torch.compiler.is_compiling() else forward_kernels)(q, k, v, is_causal)
+
+
+def _bwd(do, q, k, v, o, lse, is_causal, mode):
+    return (_bwd_op if torch.compiler.is_compiling() else backward_kernels)(do, q, k, v, o, lse, is_causal, mode)
+
+
 def triton_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward only: ``(O, L)`` with O like ``q`` and L (natural log, fp32) of shape ``q.shape[:-1]``."""
     _check(q, k, v)
-    o, lse = _fwd_op(_flat(q), _flat(k), _flat(v), is_causal)
+    o, lse = _fwd(_flat(q), _flat(k), _flat(v), is_causal)
     return o.view(q.shape), lse.view(q.shape[:-1])
 
 
@@ -621,7 +632,7 @@ class FlashAttention2Triton(torch.autograd.Function):
         _check(q, k, v)
         shape = q.shape
         q3, k3, v3 = _flat(q), _flat(k), _flat(v)
-        o, lse = _fwd_op(q3, k3, v3, is_causal)
+        o, lse = _fwd(q3, k3, v3, is_causal)
         ctx.save_for_backward(lse, q3, k3, v3, o)
         ctx.is_causal = is_causal
         ctx.bwd_mode = resolve_bwd_mode(q, atomic_dq)
@@ -631,7 +642,7 @@ class FlashAttention2Triton(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         lse, q, k, v, o = ctx.saved_tensors
-        dq, dk, dv = _bwd_op(_flat(do), q, k, v, o, lse, ctx.is_causal, ctx.bwd_mode)
+        dq, dk, dv = _bwd(_flat(do), q, k, v, o, lse, ctx.is_causal, ctx.bwd_mode)
         return dq.view(ctx.shape), dk.view(ctx.shape), dv.view(ctx.shape), None, None
 
 
