@@ -1,6 +1,6 @@
 """Screen Triton FlashAttention-2 variants against torch SDPA at the course leaderboard shape, in one process.
 
-Shape: batch 1, 16 heads, seq 16384, d_head 64, bf16, causal. Every variant is
+Shape: batch 1, 16 heads, seq 16384, d_head 64 (``--d-head``), bf16, causal. Every variant is
 a fixed config (``BLOCK_M, BLOCK_N, num_warps, num_stages``) launched through
 ``workloads.flash_triton.forward_kernels`` / ``backward_kernels`` (no
 autotuning), timed with ``triton.testing.do_bench`` (median, warmup 100 ms,
@@ -53,6 +53,17 @@ GRIDS = {
                      (32, 64, 4, 4), (32, 32, 4, 3), (64, 128, 8, 3), (32, 128, 4, 3)],
         "atomic": [(64, 64, 4, 3)],
     },
+    # d 128: twice the registers per row of Q, K, V and the accumulators; never screened before run 6
+    "d128": {
+        "fwd": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3),
+                (128, 64, 4, 3), (64, 64, 4, 2)],
+        "fwd_tma": [(128, 64, 8, 3)],
+        "dkdv": [(64, 64, 4, 2), (32, 64, 4, 3)],
+        "dq": [(128, 32, 4, 3), (64, 64, 4, 3), (128, 64, 8, 2), (64, 32, 4, 3)],
+        "tma_dkdv": [(64, 64, 4, 3), (64, 64, 4, 2), (64, 64, 8, 3), (64, 64, 8, 2), (32, 64, 4, 3), (32, 64, 4, 2),
+                     (64, 128, 8, 2), (32, 128, 4, 2), (32, 32, 4, 3), (64, 128, 8, 3)],
+        "atomic": [(64, 64, 8, 2)],
+    },
 }  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2
@@ -70,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     p.add_argument("--no-final", action="store_true", help="screen only")
     p.add_argument("--device", default="cuda", help="cpu: dry run of this script under TRITON_INTERPRET=1")
+    p.add_argument("--d-head", type=int, default=64)
     p.add_argument("--grid", default="run4", choices=sorted(GRIDS), help="which config lists to screen")
     p.add_argument("--tag", default="run4", help="prefix of the output files (<tag>_variants.jsonl, ...)")
     args = p.parse_args(argv)
@@ -109,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     def bench(fn, warmup=100, rep=500) -> float:
         return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
-    n, heads, d = args.seq, 16, 64
+    n, heads, d = args.seq, 16, args.d_head
     gen = torch.Generator(device=dev).manual_seed(1234)
     q4, k4, v4 = (
         torch.randn(1, heads, n, d, device=dev, dtype=getattr(torch, args.dtype), generator=gen) for _ in range(3)
@@ -170,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 emit(row | {"status": "skipped"})
                 continue
             try:
+                regs()  # forget earlier variants' kernels
                 grads = backward_kernels(do_rand, q, k, v, o, lse, True, mode_, cfg1, cfg2)
                 row |= regs()
                 for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
@@ -238,12 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     emit({"what": "chosen", **chosen})
     env = {**os.environ, "FLASH_TRITON_CONFIGS": json.dumps(chosen), "TRITON_PRINT_AUTOTUNING": "1"}
     bench_cmd = [sys.executable, "-m", "workloads.attention_bench"]
-    lead = ["--impl", "triton", "sdpa", "--d-head", "64", "--seq", str(n), "--causal", "--warmup", "200",
+    lead = ["--impl", "triton", "sdpa", "--d-head", str(d), "--seq", str(n), "--causal", "--warmup", "200",
             "--rep", "2000", "--out", str(out_dir / f"{args.tag}_lead.jsonl")]  # fmt: skip
     checks = [
-        ["--check", "--impl", "triton", "--d-head", "64", "--seq", "777", "4096", "--causal",
+        ["--check", "--impl", "triton", "--d-head", str(d), "--seq", "777", "4096", "--causal",
          "--out", str(out_dir / f"{args.tag}_check.jsonl")],
-        ["--check", "--impl", "triton", "--d-head", "64", "--seq", "777", "--out", str(out_dir / f"{args.tag}_check.jsonl")],
+        ["--check", "--impl", "triton", "--d-head", str(d), "--seq", "777", "--out", str(out_dir / f"{args.tag}_check.jsonl")],
     ]  # fmt: skip
     for extra in [lead, *checks] if dev == "cuda" else []:
         print("$ FLASH_TRITON_CONFIGS='" + env["FLASH_TRITON_CONFIGS"] + "' python -m workloads.attention_bench "
