@@ -35,6 +35,19 @@ SUFFIX = ".profiler-kit-cache"
 READER_SOURCES = ("nsys_sqlite.py", "tables.py", "trace_cache.py")
 
 
+_pending: list[threading.Thread] = []
+_written: list[Path] = []
+
+
+def finish_writes() -> list[Path]:
+    """Wait for the cache writes started so far; the cache folders they completed (so a CLI can say so)."""
+    while _pending:
+        _pending.pop().join()
+    done = list(_written)
+    _written.clear()
+    return done
+
+
 def cache_dir(path: Path) -> Path:
     return path.parent / f".{path.name}{SUFFIX}"
 
@@ -117,6 +130,7 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
     manifest = {"key": key, "meta": trace.meta, "unstored": unstored}
     thread = threading.Thread(target=_write, args=(folder, manifest, tables), name="trace-cache")
     thread.start()
+    _pending.append(thread)
     return thread
 
 
@@ -137,6 +151,7 @@ def _write(folder: Path, manifest: dict, tables: dict) -> None:
             os.rename(folder, old)
         os.rename(tmp, folder)
         tmp = None
+        _written.append(folder)
         shutil.rmtree(old, ignore_errors=True)
     except (OSError, pa.ArrowException, TypeError, ValueError):
         pass

@@ -143,6 +143,11 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
     rep = build_report(results, top=top, extra=extra)
     files = render_report_files(rep, stem, fmt, html=not no_html)
     echo_written(write_files(out_dir or default_out_dir(paths), files))
+    if not no_cache:
+        from analyze.trace_cache import finish_writes
+
+        for folder in finish_writes():
+            click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
 
 
 def _one_trace(path: str):

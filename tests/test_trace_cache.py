@@ -27,9 +27,7 @@ def export(tmp_path, monkeypatch):
 
 def read(path: Path):
     trace = read_trace(Source(path, "nsys-sqlite"), details=False, cache=True)
-    for thread in trace_cache.threading.enumerate():
-        if thread.name == "trace-cache":
-            thread.join()
+    trace_cache.finish_writes()
     return trace
 
 
@@ -83,3 +81,15 @@ def test_no_cache_flag(export, tmp_path):
     res = CliRunner().invoke(cli, ["report", str(export), "-o", str(tmp_path / "out"), "--no-cache"])
     assert res.exit_code == 0, res.output
     assert not trace_cache.cache_dir(export).exists()
+
+
+def test_report_says_where_it_cached(export, tmp_path):
+    from click.testing import CliRunner
+
+    from profiler_kit.cli import cli
+
+    res = CliRunner().invoke(cli, ["report", str(export), "-o", str(tmp_path / "out"), "--no-html"])
+    assert res.exit_code == 0, res.output
+    assert f"cached tables for the next report in {trace_cache.cache_dir(export)}" in res.output
+    res = CliRunner().invoke(cli, ["report", str(export), "-o", str(tmp_path / "out"), "--no-html"])
+    assert "cached tables" not in res.output  # served from the cache: nothing new written
