@@ -53,6 +53,17 @@ GRIDS = {
                      (32, 64, 4, 4), (32, 32, 4, 3), (64, 128, 8, 3), (32, 128, 4, 3)],
         "atomic": [(64, 64, 4, 3)],
     },
+    # run 7: register caps (maxnreg, 5th element) on run 4/5's winners: more programs resident per SM?
+    "run7": {
+        "fwd": [(128, 64, 8, 3), (128, 64, 8, 3, 96), (128, 64, 8, 3, 112), (128, 64, 4, 3, 168),
+                (128, 64, 4, 3, 192), (128, 64, 8, 4, 112)],
+        "fwd_tma": [],
+        "dkdv": [],
+        "dq": [(128, 64, 4, 3)],
+        "tma_dkdv": [(64, 64, 4, 3), (64, 64, 4, 3, 128), (64, 64, 4, 3, 160), (64, 64, 4, 3, 168),
+                     (64, 64, 4, 3, 192), (64, 64, 4, 4, 168), (64, 64, 4, 4, 192), (64, 64, 4, 3, 232)],
+        "atomic": [],
+    },
     # d 128: twice the registers per row of Q, K, V and the accumulators; never screened before run 6
     "d128": {
         "fwd": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3),
@@ -168,12 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         for cfg in grid["atomic"]:
             yield "atomic", cfg, None
 
-    best_dkdv = grid["dkdv"][0]
+    best_dkdv = grid["dkdv"][0] if grid["dkdv"] else None
     for mode, c1, c2 in bwd_variants():
         if mode == "best_dkdv":
             two = [r for r in rows if r.get("what") == "bwd" and r["mode"] == "two_kernel" and r.get("status") == "ok"]
-            best_dkdv = tuple(min(two, key=lambda r: r["ms"])["dkdv"]) if two else grid["dkdv"][0]
-            todo = [("two_kernel", best_dkdv, c) for c in grid["dq"][1:]]
+            best_dkdv = tuple(min(two, key=lambda r: r["ms"])["dkdv"]) if two else best_dkdv
+            todo = [("two_kernel", best_dkdv, c) for c in grid["dq"][1:]] if best_dkdv else []
         else:
             todo = [(mode, c1, c2)]
         for mode_, cfg1, cfg2 in todo:

@@ -97,8 +97,11 @@ def _desc_hook(nargs):
             nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
 
 
-def _cfg(bm, bn, warps, stages, hook=None):
-    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, pre_hook=hook)
+def _cfg(bm, bn, warps, stages, maxnreg=None, hook=None):
+    """A tile config; ``maxnreg`` caps registers per thread (more resident programs per SM, or spills)."""
+    return triton.Config(
+        {"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages, maxnreg=maxnreg, pre_hook=hook
+    )
 
 
 # Candidates for Hopper (H100/H200), the fastest of a screening on an H200 at batch 1, 16 heads, seq 16384,
@@ -132,7 +135,10 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
 
 
 def _hooked(configs):
-    return [_cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, _desc_hook) for c in configs]
+    return [
+        _cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, _desc_hook)
+        for c in configs
+    ]
 
 
 FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS = map(
@@ -465,12 +471,13 @@ LAST_COMPILED: dict[str, tuple] = {}  # kernel name -> (registers, spills) of th
 
 
 def _launch(kernel, grid, args, consts, config):
-    """Autotuned launch, or (``config=(BLOCK_M, BLOCK_N, num_warps, num_stages)``) one fixed config."""
+    """Autotuned launch, or (``config=(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])``) one fixed config."""
     if config is None:
         kernel[grid](*args, **consts)
     else:
-        bm, bn, warps, stages = config
-        compiled = kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+        bm, bn, warps, stages, *rest = config
+        extra = {"maxnreg": rest[0]} if rest and rest[0] else {}
+        compiled = kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **extra)
         fn = kernel
         while hasattr(fn, "fn"):  # Autotuner -> Heuristics -> JITFunction -> the Python function
             fn = fn.fn
