@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run 6 (one device call): register caps (maxnreg) on the d-64 winners (1x16x16384x64 bf16 causal).
+# Run 7 (one device call): register caps (maxnreg) on the d-64 winners (1x16x16384x64 bf16 causal).
 # Usage on the device machine, repo root: OUT=<dir> bash benchmarks/results/attention/run7_gpu.sh
 export PYTHONUNBUFFERED=1 TRITON_PRINT_AUTOTUNING=1
 nvidia-smi --query-gpu=name,driver_version --format=csv
