@@ -57,6 +57,24 @@ def main(argv: list[str] | None = None) -> int:
     def sdpa_full():
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
 
+    class Twice(torch.autograd.Function):
+        """A Python-backward Function with one cheap CUDA op each way: the autograd engine's own cost."""
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    def twice_full():
+        Twice.apply(q).sum().backward()
+
+    def single_thread_full():
+        with torch.autograd.set_multithreading_enabled(False):
+            full()
+
     out = ft.flash_attention_triton(q, k, v, True)
     g = torch.ones_like(out)
 
@@ -72,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         f"backward_kernels ({mode})": lambda: ft.backward_kernels(do3, q3, k3, v3, o3, lse, True, mode),
         "autograd backward only": lambda: out.backward(g, retain_graph=True),
         "forward + sum + backward": full,
+        "same, autograd engine on the calling thread": single_thread_full,
+        "trivial Python-backward Function + sum + backward": twice_full,
         "sdpa forward + sum + backward": sdpa_full,
     }
     print(f"seq {n}, d {d}, heads {h}, bf16 causal, {torch.cuda.get_device_name()}; host us per call:")
