@@ -54,10 +54,12 @@ def busy_time_ns(ops: pd.DataFrame) -> int:
     return sum(union_length(starts[device == d], ends[device == d]) for d in pd.unique(device))
 
 
-def summarize_trace(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | None = None) -> pd.DataFrame:
     """One-row overview: GPUs, profiled span, kernel count and times, busy fraction.
 
     Span runs from the first to the last GPU op (or CPU range when no GPU op ran).
+    ``launched_ops`` counts the ops matched to their launching CPU call (``launches()``):
+    only those can be projected onto NVTX ranges (-1 when ``launched`` is not given).
     """
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     kernel_ns = ops["duration_ns"].to_numpy()[is_kernel]
@@ -82,6 +84,7 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
                 "gpu_busy_ns": busy,
                 "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
                 "nvtx_ranges": len(trace.nvtx),
+                "launched_ops": -1 if launched is None else len(launched),
             }
         ]
     )
@@ -228,14 +231,16 @@ def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
     return out.iloc[order].reset_index(drop=True)
 
 
-# Ranges that mark training phases, by name; emit_nvtx op ranges ("::", "op_id") are not phases.
+# Ranges that mark training phases, by name. Not phases: emit_nvtx op ranges ("::", "op_id") and
+# layer parts whose names contain a phase word ("feed forward" is the MLP of a block, not a pass).
 PHASE_PATTERN = re.compile(r"forward|backward|optimi[sz]er|\bstep\b|train|warm", re.IGNORECASE)
+NOT_PHASE_PATTERN = re.compile(r"::|op_id|feed[ _-]?forward", re.IGNORECASE)
 
 
 def phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``ranges`` that mark training phases (by PHASE_PATTERN, not emit_nvtx op ranges)."""
+    """The rows of ``ranges`` that mark training phases (PHASE_PATTERN, unless NOT_PHASE_PATTERN)."""
     labels = range_label(ranges)
-    is_phase = labels.str.contains(PHASE_PATTERN) & ~labels.str.contains("::|op_id", regex=True)
+    is_phase = labels.str.contains(PHASE_PATTERN) & ~labels.str.contains(NOT_PHASE_PATTERN)
     return ranges[is_phase.to_numpy()]
 
 
@@ -307,7 +312,7 @@ def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
         "phase_kernels": summarize_range_kernels(window),
         "phase_categories": summarize_ranges(phases, window, summarize_projection(phases, window)),
         "ops": ops,
-        "summary": summarize_trace(trace, ops),
+        "summary": summarize_trace(trace, ops, launched),
         "kernels": summarize_kernels(ops),
         "categories": categories,
         "attributed": attributed,

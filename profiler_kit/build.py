@@ -57,7 +57,19 @@ def findings(res: TraceResult) -> list[str]:
     out.append(f"Kernels no taxonomy rule matched ('other'): {_pct(other)} of GPU operation time.")
     busy = summary["gpu_busy_frac"]
     out.append(f"The GPU was busy {_pct(busy)} of the time between its first and last operation.")
+    unlaunched = _ops_without_launch(summary)
+    if unlaunched and summary["nvtx_ranges"]:
+        out.append(
+            f"{unlaunched} of {int(summary['kernels'] + summary['memops'])} GPU operations have no launching CPU call "
+            "in this trace (CUDA runtime events not recorded, or trimmed), so NVTX ranges cannot claim them."
+        )
     return out
+
+
+def _ops_without_launch(summary: pd.Series) -> int:
+    """GPU operations that no runtime call in the trace launched (0 when unknown)."""
+    launched = int(summary.get("launched_ops", -1))
+    return 0 if launched < 0 else int(summary["kernels"] + summary["memops"]) - launched
 
 
 def _short(name: str, width: int = 90) -> str:
@@ -80,10 +92,12 @@ def trace_section(res: TraceResult, top: int) -> Section:
             "gpu_span_ns",
             "kernels",
             "kernel_time_ns",
+            "memops",
             "memop_time_ns",
             "gpu_busy_ns",
             "gpu_busy_frac",
             "nvtx_ranges",
+            "launched_ops",
         ]
     ]
     sec.tables.append(Table("Summary", summary, key=f"{res.label}_summary"))
@@ -159,6 +173,12 @@ def ranges_section(res: TraceResult, top: int) -> Section:
         "kernel_time_ns",
     ]
     frac_cols = [c for c in ranges.columns if c.endswith("_frac")]
+    summary = res.tables["summary"].iloc[0]
+    no_launches = summary["kernels"] > 0 and summary.get("launched_ops", -1) == 0
+    if no_launches:  # nothing could be projected: blank GPU columns say "unknown", zeros would say "none"
+        ranges = ranges.assign(
+            **{c: np.nan for c in ["projected_instances", "gpu_span_avg_ns", "kernels", "kernel_time_ns"]}
+        )
     n_names = len(res.tables["ranges"])
     grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != len(ranges) else ""
     sec = Section(
@@ -167,13 +187,23 @@ def ranges_section(res: TraceResult, top: int) -> Section:
             f"{len(ranges)} distinct range names{grouped}, {int(ranges['instances'].sum())} instances. "
             "CPU time is the range's own duration; GPU span runs from the first to the last GPU operation launched inside it; "
             "kernel time sums the kernels launched inside it on the range's thread (nested ranges count a kernel under every "
-            "enclosing range, as nsys does)."
+            "enclosing range, as nsys does).",
+            *(
+                [
+                    "This trace records no CUDA runtime calls, so no GPU operation can be tied to a range: "
+                    "the GPU columns are left empty."
+                ]
+                if no_launches
+                else []
+            ),
         ],
     )
     sec.tables.append(
         Table("Ranges by CPU time", ranges.head(max(top * 2, 30))[cols + frac_cols], key=f"{res.label}_ranges")
     )
     phases = res.tables["phases"]
+    if no_launches:
+        phases = phases.assign(**{c: np.nan for c in phases.columns if "kernel" in c})
     if len(phases):
         sec.sections.append(phases_section(res, phases, top))
     return sec

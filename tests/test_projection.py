@@ -87,3 +87,16 @@ def test_range_summary_and_window_view():
     assert phases.loc["backward", "kernel_per_instance_ns"] == 0
     assert phases.loc["backward", "window_kernel_per_instance_ns"] == 400
     assert phases.loc["forward", "window_kernel_per_instance_ns"] == 400
+
+
+def test_layer_parts_named_like_phases_are_not_phases():
+    ranges = _ranges(
+        [
+            ("forward", 0, 100, 1, -1, "push_pop"),
+            ("feed forward", 10, 20, 1, -1, "push_pop"),
+            ("FeedForward", 30, 40, 1, -1, "push_pop"),
+            ("aten::mm, seq = 3, op_id = 7", 50, 60, 1, -1, "push_pop"),
+            ("Optimizer.step#AdamW.step", 200, 300, 1, -1, "push_pop"),
+        ]
+    )
+    assert list(phase_ranges(ranges)["name"].astype(str)) == ["forward", "Optimizer.step#AdamW.step"]

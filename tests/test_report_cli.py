@@ -155,3 +155,34 @@ def test_real_nsys_rep_is_exported_once_and_cached(tmp_path):
     mtime = cached.stat().st_mtime_ns
     assert run("report", rep, "-o", tmp_path / "out2").exit_code == 0
     assert cached.stat().st_mtime_ns == mtime  # reused, not exported again
+
+
+def test_trace_without_runtime_calls_leaves_range_gpu_columns_empty(tmp_path):
+    """A trace trimmed of its CUDA runtime calls cannot tie kernels to ranges: the report says so, no zeros."""
+    import gzip
+
+    doc = json.loads(gzip.decompress((ROOT / "examples/kineto/small_ctx512_train_bf16.json.gz").read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("cuda_runtime", "cuda_driver")]
+    src = tmp_path / "trimmed.json"
+    src.write_text(json.dumps(doc))
+    res = run("report", src, "-o", tmp_path / "out", "--format", "json", "--no-html")
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "out"
+    summary = json.loads(next(out.glob("*_summary.json")).read_text())["rows"][0]
+    assert summary["launched_ops"] == 0 and summary["kernels"] > 0
+    step = next(r for r in json.loads(next(out.glob("*_ranges.json")).read_text())["rows"] if r["range"] == "step")
+    assert step["instances"] == 2 and step["kernels"] is None and step["kernel_time_ns"] is None
+    res = run("report", src, "-o", tmp_path / "md", "--no-html")
+    md = (tmp_path / "md" / "report.md").read_text()
+    assert "records no CUDA runtime calls" in md and "have no launching CPU call" in md
+
+
+def test_example_trace_projects_kernels_onto_phases(tmp_path):
+    res = run("report", ROOT / "examples/kineto", "-o", tmp_path, "--format", "json", "--no-html")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(next(tmp_path.glob("*_summary.json")).read_text())["rows"][0]
+    assert summary["launched_ops"] == summary["kernels"] + summary["memops"]  # every op found its launch
+    phases = {r["range"]: r for r in json.loads(next(tmp_path.glob("*_phases.json")).read_text())["rows"]}
+    assert "feed forward" not in phases
+    # autograd launches backward from its own thread: only the window view sees its kernels
+    assert phases["backward"]["window_kernels_per_instance"] > 100 * phases["backward"]["kernels_per_instance"]
