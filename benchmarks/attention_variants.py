@@ -64,6 +64,35 @@ GRIDS = {
                      (64, 64, 4, 3, 192), (64, 64, 4, 4, 168), (64, 64, 4, 4, 192), (64, 64, 4, 3, 232)],
         "atomic": [],
     },
+    # run 8: structure of the dK/dV kernel (BWD_OPTS switches, "bwd_opts": mode, config, switches) and the
+    # forward's launch order ("fwd_grouped": config, HEAD_GROUP); "diag": the dK/dV kernel alone (no dQ at all), to see
+    # what the dQ product and its reduce cost
+    "run8": {
+        "fwd": [(128, 64, 8, 3), (128, 64, 8, 4, 112)],
+        "fwd_grouped": [((128, 64, 8, 3), 2), ((128, 64, 8, 3), 4), ((128, 64, 8, 3), 16),
+                        ((128, 64, 8, 4, 112), 4), ((128, 64, 8, 4), 4)],
+        "fwd_tma": [],
+        "dkdv": [],
+        "dq": [(128, 64, 4, 3)],
+        "tma_dkdv": [(64, 64, 4, 3)],
+        "atomic": [],
+        "bwd_opts": [
+            ("tma", (64, 64, 4, 3), {"HEAD_GROUP": 4}),
+            ("tma", (64, 64, 4, 3), {"REORDER": True}),
+            ("tma", (64, 64, 4, 3), {"SCALE_DS": True}),
+            ("tma", (64, 64, 4, 3), {"QDO_TMA": True}),
+            ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+            ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True, "HEAD_GROUP": 4}),
+            ("tma", (64, 64, 4, 4), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+            ("tma", (64, 64, 4, 2), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+            ("tma", (64, 64, 4, 2, 168), {}),
+            ("tma", (64, 64, 4, 2, 168), {"QDO_TMA": True, "SCALE_DS": True}),
+            ("tma", (64, 64, 4, 2, 168), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+            ("tma", (64, 128, 8, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+            ("two_kernel", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+        ],
+        "diag": [((64, 64, 4, 3), {}), ((64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True})],
+    },
     # d 128: twice the registers per row of Q, K, V and the accumulators; never screened before run 6
     "d128": {
         "fwd": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3),
@@ -78,6 +107,26 @@ GRIDS = {
 }  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2
+
+
+def dkdv_alone(q, k, v, do, o, lse, config, opts):
+    """The dK/dV kernel of ``backward_kernels`` without any dQ work (``DQ_MODE`` 0), for timing only."""
+    import triton
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from workloads import flash_triton as ft
+
+    bh, n, d = q.shape
+    delta = torch.zeros((bh, n), dtype=torch.float32, device=q.device)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    q_desc, do_desc = q, do
+    if opts["QDO_TMA"]:
+        q_desc = TensorDescriptor(q, [bh * n, d], [d, 1], [config[0], d])
+        do_desc = TensorDescriptor(do, [bh * n, d], [d, 1], [config[0], d])
+    grid = (triton.cdiv(n, config[1]) * bh,)
+    args = (q, k, v, do, q_desc, do_desc, dk, dv, dk, dk, lse, delta, 1.0 / d**0.5, n)
+    ft._launch(ft._bwd_dkdv_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": True, "DQ_MODE": 0, **opts}, config)
+    return dk, dv
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -166,21 +215,23 @@ def main(argv: list[str] | None = None) -> int:
     def over_budget() -> bool:
         return time.perf_counter() - t0 > args.budget_s
 
-    # backward variants: (mode, dkdv config, dq config)
+    # backward variants: (mode, dkdv config, dq config, BWD_OPTS overrides)
     o, lse = forward_kernels(q, k, v, True, grid["fwd"][0], False)
     regs()  # forget the forward's figures: bwd rows list the backward kernels only
 
     def bwd_variants():
         for cfg in grid["tma_dkdv"]:
-            yield "tma", cfg, None
+            yield "tma", cfg, None, {}
         for cfg in grid["dkdv"]:
-            yield "two_kernel", cfg, grid["dq"][0]
-        yield "best_dkdv", None, None  # marker: dq configs with the best two-kernel dK/dV config
+            yield "two_kernel", cfg, grid["dq"][0], {}
+        yield "best_dkdv", None, None, {}  # marker: dq configs with the best two-kernel dK/dV config
         for cfg in grid["atomic"]:
-            yield "atomic", cfg, None
+            yield "atomic", cfg, None, {}
+        for mode, cfg, opts in grid.get("bwd_opts", []):
+            yield mode, cfg, grid["dq"][0] if mode == "two_kernel" else None, opts
 
     best_dkdv = grid["dkdv"][0] if grid["dkdv"] else None
-    for mode, c1, c2 in bwd_variants():
+    for mode, c1, c2, opts in bwd_variants():
         if mode == "best_dkdv":
             two = [r for r in rows if r.get("what") == "bwd" and r["mode"] == "two_kernel" and r.get("status") == "ok"]
             best_dkdv = tuple(min(two, key=lambda r: r["ms"])["dkdv"]) if two else best_dkdv
@@ -188,18 +239,19 @@ def main(argv: list[str] | None = None) -> int:
         else:
             todo = [(mode, c1, c2)]
         for mode_, cfg1, cfg2 in todo:
-            row = {"what": "bwd", "mode": mode_, "dkdv": list(cfg1), "dq": list(cfg2) if cfg2 else None}
+            row = {"what": "bwd", "mode": mode_, "dkdv": list(cfg1), "dq": list(cfg2) if cfg2 else None,
+                   "opts": {**flash_triton.BWD_OPTS, **opts}}  # fmt: skip
             if over_budget():
                 emit(row | {"status": "skipped"})
                 continue
             try:
                 regs()  # forget earlier variants' kernels
-                grads = backward_kernels(do_rand, q, k, v, o, lse, True, mode_, cfg1, cfg2)
+                grads = backward_kernels(do_rand, q, k, v, o, lse, True, mode_, cfg1, cfg2, opts)
                 row |= regs()
                 for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
                     row[f"rel_err_{name}"] = _rel(got, ref[name])
                 row["ms"] = bench(
-                    lambda m=mode_, a=cfg1, b=cfg2: backward_kernels(ones, q, k, v, o, lse, True, m, a, b)
+                    lambda m=mode_, a=cfg1, b=cfg2, x=opts: backward_kernels(ones, q, k, v, o, lse, True, m, a, b, x)
                 )
                 worst = max(row[f"rel_err_{c}"] for c in ("dq", "dk", "dv"))
                 row["status"] = "ok" if worst < TOL else "wrong"
@@ -207,47 +259,69 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(status="error", error=f"{type(err).__name__}: {str(err)[:200]}")
             emit(row)
 
+    # the dK/dV kernel alone, no dQ (diagnostic: what the dQ product and its reduce cost)
+    for cfg, opts in grid.get("diag", []):
+        row = {"what": "diag_dkdv_alone", "dkdv": list(cfg), "opts": {**flash_triton.BWD_OPTS, **opts}}
+        try:
+            row["ms"] = bench(lambda c=cfg, x=row["opts"]: dkdv_alone(q, k, v, ones, o, lse, c, x))
+            row |= regs()
+        except Exception as err:
+            row.update(status="error", error=f"{type(err).__name__}: {str(err)[:200]}")
+        emit(row)
+
     # forward variants
-    for tma, configs in ((False, grid["fwd"]), (True, grid["fwd_tma"])):
-        for cfg in configs:
-            row = {"what": "fwd", "tma": tma, "config": list(cfg)}
-            if over_budget():
-                emit(row | {"status": "skipped"})
-                continue
-            try:
-                o, lse = forward_kernels(q, k, v, True, cfg, tma)
-                row |= regs()
-                row["rel_err_o"] = _rel(o, ref["o"])
-                row["ms"] = bench(lambda c=cfg, t=tma: forward_kernels(q, k, v, True, c, t))
-                row["status"] = "ok" if row["rel_err_o"] < TOL else "wrong"
-            except Exception as err:  # a config that does not compile or fit is a result
-                row.update(status="error", error=f"{type(err).__name__}: {str(err)[:200]}")
-            emit(row)
+    fwd_variants = [(False, c, 1) for c in grid["fwd"]] + [(True, c, 1) for c in grid["fwd_tma"]]
+    fwd_variants += [(False, c, g) for c, g in grid.get("fwd_grouped", [])]
+    for tma, cfg, hg in fwd_variants:
+        row = {"what": "fwd", "tma": tma, "head_group": hg, "config": list(cfg)}
+        if over_budget():
+            emit(row | {"status": "skipped"})
+            continue
+        try:
+            o, lse = forward_kernels(q, k, v, True, cfg, tma, hg)
+            row |= regs()
+            row["rel_err_o"] = _rel(o, ref["o"])
+            row["ms"] = bench(lambda c=cfg, t=tma, h=hg: forward_kernels(q, k, v, True, c, t, h))
+            row["status"] = "ok" if row["rel_err_o"] < TOL else "wrong"
+        except Exception as err:  # a config that does not compile or fit is a result
+            row.update(status="error", error=f"{type(err).__name__}: {str(err)[:200]}")
+        emit(row)
     ok_fwd = sorted((r for r in rows if r.get("what") == "fwd" and r.get("status") == "ok"), key=lambda r: r["ms"])
-    best_fwd = ok_fwd[0] if ok_fwd else {"tma": False, "config": None}
+    best_fwd = ok_fwd[0] if ok_fwd else {"tma": False, "head_group": 1, "config": None}
 
     ok_bwd = sorted((r for r in rows if r.get("what") == "bwd" and r.get("status") == "ok"), key=lambda r: r["ms"])
     print("\nscreening (ms, median of do_bench 100/500):", file=sys.stderr)
     print(f"  sdpa fwd {fwd_ms:.3f} bwd {bwd_ms:.3f} fwd+bwd {both_ms:.3f}", file=sys.stderr)
     for r in ok_fwd[:5]:
-        print(f"  fwd tma={r['tma']} {r['config']} {r['ms']:.3f} err {r['rel_err_o']:.1e}", file=sys.stderr)
-    for r in ok_bwd[:8]:
-        print(f"  bwd {r['mode']} dkdv {r['dkdv']} dq {r['dq']} {r['ms']:.3f} err dq {r['rel_err_dq']:.1e}",
-              file=sys.stderr)  # fmt: skip
+        print(f"  fwd tma={r['tma']} head_group={r.get('head_group', 1)} {r['config']} {r['ms']:.3f} "
+              f"err {r['rel_err_o']:.1e}", file=sys.stderr)  # fmt: skip
+    for r in ok_bwd[:16]:
+        on = "+".join(k for k, x in r.get("opts", {}).items() if x) or "-"
+        print(f"  bwd {r['mode']} {on} dkdv {r['dkdv']} dq {r['dq']} {r['ms']:.3f} "
+              f"err dq {r['rel_err_dq']:.1e} regs {r.get('_bwd_dkdv_kernel_regs_spills')}", file=sys.stderr)  # fmt: skip
+    for r in rows:
+        if r.get("what") == "diag_dkdv_alone":
+            print(f"  dK/dV kernel alone {r['dkdv']} {r['opts']} {r.get('ms', float('nan')):.3f}", file=sys.stderr)
     if args.no_final or not ok_fwd or not ok_bwd:
         return 0
 
     # final: top-3 autotune lists on the default code path, through the benchmark CLI
-    mode = ok_bwd[0]["mode"]
-    same_mode = [r for r in ok_bwd if r["mode"] == mode]
+    mode, opts = ok_bwd[0]["mode"], ok_bwd[0].get("opts", {})
+    same_mode = [r for r in ok_bwd if r["mode"] == mode and r.get("opts", {}) == opts]
     dkdv = []
     for r in same_mode:
         if r["dkdv"] not in dkdv:
             dkdv.append(r["dkdv"])
     chosen = {
-        "fwd": [r["config"] for r in ok_fwd if r["tma"] == best_fwd["tma"]][:3],
+        "fwd": [
+            r["config"]
+            for r in ok_fwd
+            if (r["tma"], r.get("head_group", 1)) == (best_fwd["tma"], best_fwd.get("head_group", 1))
+        ][:3],
         "fwd_tma": best_fwd["tma"],
+        "fwd_head_group": best_fwd.get("head_group", 1),
         "bwd": mode,
+        "bwd_opts": opts,
         "dkdv": dkdv[:3],
     }
     if mode == "two_kernel":

@@ -92,7 +92,13 @@ if INTERPRET:
 
 def _desc_hook(nargs):
     """Give the TMA descriptors among the arguments the tile shape of the config being launched."""
-    for name, block in (("K_DESC", "BLOCK_N"), ("V_DESC", "BLOCK_N"), ("DQ_DESC", "BLOCK_M")):
+    for name, block in (
+        ("K_DESC", "BLOCK_N"),
+        ("V_DESC", "BLOCK_N"),
+        ("DQ_DESC", "BLOCK_M"),
+        ("Q_DESC", "BLOCK_M"),
+        ("DO_DESC", "BLOCK_M"),
+    ):
         if name in nargs and not isinstance(nargs[name], torch.Tensor):
             nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
 
@@ -121,6 +127,9 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 
 DEFAULT_BWD = "tma"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
+FWD_HEAD_GROUP = 1  # forward launch order: heads in groups of this many, longest tiles of a group first
+# structure of the dK/dV kernel (see _bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
+BWD_OPTS = {"HEAD_GROUP": 1, "QDO_TMA": False, "REORDER": False, "SCALE_DS": False}
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
@@ -132,6 +141,8 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DQ_CONFIGS = [_cfg(*c) for c in _override.get("dq", [])] or DQ_CONFIGS
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
     FWD_TMA = _override.get("fwd_tma", FWD_TMA)
+    FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
+    BWD_OPTS = {**BWD_OPTS, **_override.get("bwd_opts", {})}
 
 
 def _hooked(configs):
@@ -166,8 +177,25 @@ def _even(args):
 
 
 _KEY = ["N_CTX", "HEAD_DIM", "IS_CAUSAL"]
-_KEY_FWD = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "TMA"]
-_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE"]
+_KEY_FWD = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "TMA", "HEAD_GROUP"]
+_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE", "HEAD_GROUP", "QDO_TMA", "REORDER", "SCALE_DS"]
+
+
+@triton.jit
+def _tile_order(pid, num_tiles, n_bh, HEAD_GROUP: tl.constexpr):
+    """Program id -> (tile rank, head): heads in groups of ``HEAD_GROUP``, a group's heads interleaved.
+
+    Blocks start in program-id order, so rank 0 of every head of a group
+    starts before rank 1 of any: with rank 0 the longest tile of a causal
+    head, the short tiles of the last group fill the tail of the launch.
+    ``HEAD_GROUP`` 1 is head after head; a small group keeps the K/V (or
+    Q/dO) that the programs in flight read inside L2.
+    """
+    group = pid // (num_tiles * HEAD_GROUP)
+    first = group * HEAD_GROUP
+    size = tl.minimum(HEAD_GROUP, n_bh - first)
+    r = pid - first * num_tiles
+    return r // size, first + r % size
 
 
 # ---------------------------------------------------------------- forward
@@ -214,17 +242,18 @@ def _fwd_inner(
 @triton.jit
 def _fwd_kernel(
     Q, K, V, K_DESC, V_DESC, Out, L, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr, HEAD_GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per query tile; with ``TMA`` K and V tiles come through bulk tensor copies (``K_DESC``, ``V_DESC``)."""
+    """One program per query tile (1-D grid, order by ``_tile_order``); with ``TMA`` K and V tiles come
+    through bulk tensor copies (``K_DESC``, ``V_DESC``)."""
     num_m = tl.cdiv(N_CTX, BLOCK_M)
-    pid_m = tl.program_id(0)
+    pid_m, pid_bh = _tile_order(tl.program_id(0), num_m, tl.num_programs(0) // num_m, HEAD_GROUP)
     if IS_CAUSAL:
         pid_m = num_m - 1 - pid_m  # longest rows first
-    off_bh = tl.program_id(1).to(tl.int64)
+    off_bh = pid_bh.to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
-    row0 = tl.program_id(1) * N_CTX
+    row0 = pid_bh * N_CTX
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     q_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
@@ -278,41 +307,57 @@ def _bwd_delta_kernel(Out, DO, D, N_CTX, HEAD_DIM: tl.constexpr, BLOCK: tl.const
 
 @triton.jit
 def _dkdv_inner(
-    dk, dv, k, v, q_base, do_base, dq_base, dq_desc, dq_row0, l_base, d_base, offs_n, offs_d, lo, hi, N_CTX,
-    qk_scale, sm_scale,
+    dk, dv, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base, offs_n, offs_d, lo, hi,
+    N_CTX, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
         if EVEN:
-            q = tl.load(q_base + row_off)
             lse = tl.load(l_base + offs_m) * 1.4426950408889634
+            delta = tl.load(d_base + offs_m)
+        else:
+            lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
+            delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
+        if QDO_TMA:  # rows past N_CTX come from the next head (or zeros): lse = inf gives them p = 0, ds = 0
+            q = q_desc.load([row0 + start_m, 0])
+        elif EVEN:
+            q = tl.load(q_base + row_off)
         else:
             q = tl.load(q_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
-            lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
         p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
         if MASK:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        if EVEN:
+        if QDO_TMA:
+            do = do_desc.load([row0 + start_m, 0])
+        elif EVEN:
             do = tl.load(do_base + row_off)
-            delta = tl.load(d_base + offs_m)
         else:
             do = tl.load(do_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
-            delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)
-        dp_t = tl.dot(v, tl.trans(do))
-        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        if REORDER:  # dP first: the dV product then runs while dS is computed
+            dp_t = tl.dot(v, tl.trans(do))
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
+            dp_t = tl.dot(v, tl.trans(do))
+        if SCALE_DS:  # dS carries the softmax scale, so neither dK nor dQ is scaled afterwards
+            ds_t = (p_t * (dp_t * sm_scale - (delta * sm_scale)[None, :])).to(q.dtype)
+            dq_scale = 1.0
+        else:
+            ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+            dq_scale = sm_scale
         dk = tl.dot(ds_t, q, dk)
+        dq = tl.dot(tl.trans(ds_t), k) * dq_scale
         if DQ_MODE == 1:
-            dq = tl.dot(tl.trans(ds_t), k) * sm_scale
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
             else:
                 tl.atomic_add(dq_base + row_off, dq, mask=offs_m[:, None] < N_CTX, sem="relaxed")
         elif DQ_MODE == 2:
             # rows past N_CTX have p = 0, so their share is exactly zero (and the next head's rows absorb zeros)
-            dq_desc.atomic_add([dq_row0 + start_m, 0], tl.dot(tl.trans(ds_t), k) * sm_scale)
+            dq_desc.atomic_add([row0 + start_m, 0], dq)
     return dk, dv
 
 
@@ -325,8 +370,9 @@ def _dkdv_inner(
 @triton.heuristics({"EVEN": _even})
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
+    Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
@@ -334,11 +380,16 @@ def _bwd_dkdv_kernel(
     ``DQ_MODE`` 1 also adds each tile's dQ share into fp32 ``DQ`` with
     elementwise atomics, 2 with one bulk tensor reduce per tile through
     ``DQ_DESC`` (a descriptor over ``DQ`` viewed as ``(batch*heads*N_CTX, HEAD_DIM)``).
+    Structure switches (``BWD_OPTS``): ``HEAD_GROUP`` launch order (``_tile_order``;
+    with causal masking key tile 0 sees the most queries); ``QDO_TMA`` Q and dO tiles through ``Q_DESC``/``DO_DESC``;
+    ``REORDER`` issues dP before dV, so that the dV product runs while dS is
+    computed; ``SCALE_DS`` folds the softmax scale into dS.
     """
-    pid_n = tl.program_id(0)  # causal: early key tiles see the most queries, so they already run first
-    off_bh = tl.program_id(1).to(tl.int64)
+    num_n = tl.cdiv(N_CTX, BLOCK_N)
+    pid_n, pid_bh = _tile_order(tl.program_id(0), num_n, tl.num_programs(0) // num_n, HEAD_GROUP)
+    off_bh = pid_bh.to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
-    dq_row0 = tl.program_id(1) * N_CTX
+    row0 = pid_bh * N_CTX
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
@@ -356,19 +407,23 @@ def _bwd_dkdv_kernel(
     if IS_CAUSAL:
         start = pid_n * BLOCK_N
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, DQ + base, DQ_DESC, dq_row0, lrow, drow, offs_n, offs_d,
+            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, DQ + base, DQ_DESC, dq_row0, lrow, drow, offs_n, offs_d,
+            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
     else:
         dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, DQ + base, DQ_DESC, dq_row0, lrow, drow, offs_n, offs_d,
+            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
-    dk = dk * sm_scale
+    if not SCALE_DS:
+        dk = dk * sm_scale
     if EVEN:
         tl.store(DK + base + kv_off, dk.to(DK.dtype.element_ty))
         tl.store(DV + base + kv_off, dv.to(DV.dtype.element_ty))
@@ -495,10 +550,12 @@ def forward_kernels(
     is_causal: bool,
     config: tuple | None = None,
     tma: bool | None = None,
+    head_group: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward on contiguous ``(batch*heads, seq, d)`` tensors: ``(O, L)``; ``config`` skips autotuning.
 
-    ``tma=None`` takes ``FWD_TMA`` for 16-bit inputs on Hopper, pointer loads otherwise.
+    ``tma=None`` takes ``FWD_TMA`` for 16-bit inputs on Hopper, pointer loads otherwise;
+    ``head_group=None`` takes ``FWD_HEAD_GROUP`` (launch order, see ``_tile_order``).
     """
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -513,11 +570,15 @@ def forward_kernels(
         k_desc = TensorDescriptor(k, [bh * n, d], [d, 1], [bn, d])
         v_desc = TensorDescriptor(v, [bh * n, d], [d, 1], [bn, d])
 
+    if head_group is None:
+        head_group = FWD_HEAD_GROUP
+
     def grid(meta):
-        return (triton.cdiv(n, meta["BLOCK_M"]), bh)
+        return (triton.cdiv(n, meta["BLOCK_M"]) * bh,)
 
     args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
-    _launch(_fwd_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma}, config)
+    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group}
+    _launch(_fwd_kernel, grid, args, consts, config)
     return o, lse
 
 
@@ -543,8 +604,12 @@ def backward_kernels(
     mode: str = "two_kernel",
     dkdv_config: tuple | None = None,
     dq_config: tuple | None = None,
+    opts: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward on contiguous ``(batch*heads, seq, d)`` tensors: ``(dQ, dK, dV)``; configs skip autotuning."""
+    """Backward on contiguous ``(batch*heads, seq, d)`` tensors: ``(dQ, dK, dV)``; configs skip autotuning.
+
+    ``opts`` overrides entries of ``BWD_OPTS`` (the dK/dV kernel's structure switches).
+    """
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     bh, n, d = q.shape
@@ -555,19 +620,26 @@ def backward_kernels(
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     mode_id = BWD_MODES[mode]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
-    dq_desc = dq
-    if mode_id == 2:  # block shape set per config by _desc_hook (or below for a fixed config)
-        dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [dkdv_config[0] if dkdv_config else 16, d])
+    opts = {**BWD_OPTS, **(opts or {})}
+    opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q)
+    bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
+    dq_desc, q_desc, do_desc = dq, q, do
+    if mode_id == 2:
+        dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [bm, d])
+    if opts["QDO_TMA"]:
+        q_desc = TensorDescriptor(q, [bh * n, d], [d, 1], [bm, d])
+        do_desc = TensorDescriptor(do, [bh * n, d], [d, 1], [bm, d])
     scale = 1.0 / math.sqrt(d)
 
     def grid_n(meta):
-        return (triton.cdiv(n, meta["BLOCK_N"]), bh)
+        return (triton.cdiv(n, meta["BLOCK_N"]) * bh,)
 
     def grid_m(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]), bh)
 
-    args = (q, k, v, do, dk, dv, dq, dq_desc, lse, delta, scale, n)
-    _launch(_bwd_dkdv_kernel, grid_n, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id}, dkdv_config)
+    args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
+    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
+    _launch(_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)
