@@ -13,7 +13,16 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analyze.intervals import union_length
-from analyze.projection import count_distinct, launches, project_nvtx, range_label, sum_by, summarize_projection
+from analyze.projection import (
+    count_distinct,
+    launches,
+    positions,
+    project_nvtx,
+    range_label,
+    range_label_codes,
+    sum_by,
+    summarize_projection,
+)
 from analyze.tables import Trace
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
@@ -147,6 +156,21 @@ def base_range_names(labels: pd.Series) -> pd.Series:
     return labels.astype(str).str.replace(EMIT_NVTX_SUFFIX, "", regex=True)
 
 
+def range_name_codes(ranges: pd.DataFrame, group_emit_nvtx: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of the range names: ``codes[i]`` is the name of ranges row i, ``names`` in order of first appearance.
+
+    The same as ``pd.factorize`` of the labels (``base_range_names`` of them with
+    ``group_emit_nvtx``), but each distinct label is built and matched once, not once per range.
+    """
+    label_codes, labels = range_label_codes(ranges)
+    if group_emit_nvtx:
+        labels = pd.Index(base_range_names(pd.Series(labels)))
+    # Distinct label texts (two labels may share a base name), then renumbered in order of first appearance.
+    text_codes, texts = pd.factorize(labels.to_numpy())
+    codes, first_seen = pd.factorize(text_codes[label_codes])
+    return codes, texts[first_seen]
+
+
 def summarize_ranges(
     ranges: pd.DataFrame,
     attributed: pd.DataFrame,
@@ -163,11 +187,7 @@ def summarize_ranges(
     With ``group_emit_nvtx`` names are grouped by ``base_range_names``.
     Rows are range names in order of first appearance, then sorted by CPU time.
     """
-    labels = range_label(ranges)
-    if group_emit_nvtx:
-        labels = base_range_names(labels)
-    # Group on integer codes of the names: ``codes[i]`` is the name of ranges row i.
-    codes, names = pd.factorize(labels.to_numpy())
+    codes, names = range_name_codes(ranges, group_emit_nvtx)
     n = len(names)
     instances = np.bincount(codes, minlength=n)
     out = pd.DataFrame(
@@ -178,7 +198,7 @@ def summarize_ranges(
 
     def name_codes(range_rows: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         """Name code of each row's range, and which rows name a range of ``ranges`` (by index label)."""
-        pos = ranges.index.get_indexer(range_rows.to_numpy())
+        pos = positions(ranges.index, range_rows.to_numpy())
         return codes[pos], pos >= 0
 
     proj = summarize_projection(ranges, attributed) if projection is None else projection

@@ -14,6 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# The (pid, correlation id) join looks ids up in a table when it would hold at most this many
+# slots per runtime row (16 int32 slots: 64 bytes, about a runtime row's own size); else it sorts.
+DENSE_SLOTS_PER_KEY = 16
+
 
 def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     """Each GPU op with its launching call: columns op_row, pid, tid, launch_start_ns, launch_end_ns.
@@ -56,7 +60,34 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
 
 
 def first_row_of_key(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """For each of ``wanted``, the first row of ``keys`` holding it, or -1."""
+    """For each of ``wanted``, the first row of ``keys`` holding it, or -1 (keys and wanted are >= 0).
+
+    Correlation ids are mostly dense, so a lookup table indexed by key is the fast way
+    (linear time); keys too sparse for a table of DENSE_SLOTS_PER_KEY slots per key are sorted.
+    """
+    if len(keys) == 0:
+        return np.full(len(wanted), -1, dtype=np.int64)
+    size = int(keys.max()) + 1
+    if size <= DENSE_SLOTS_PER_KEY * len(keys):
+        return first_row_by_table(keys, wanted, size)
+    return first_row_by_sort(keys, wanted)
+
+
+def first_row_by_table(keys: np.ndarray, wanted: np.ndarray, size: int) -> np.ndarray:
+    """``first_row_of_key`` through a table of ``size`` slots (every key < size)."""
+    absent = len(keys)  # larger than any row: np.minimum.at leaves the first row of each key
+    dtype = np.int32 if absent <= np.iinfo(np.int32).max else np.int64
+    table = np.full(size, absent, dtype=dtype)
+    np.minimum.at(table, keys, np.arange(len(keys), dtype=dtype))
+    rows = np.full(len(wanted), -1, dtype=np.int64)
+    inside = wanted < size
+    found = table[wanted[inside]]
+    rows[inside] = np.where(found == absent, -1, found)
+    return rows
+
+
+def first_row_by_sort(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``first_row_of_key`` through a sort of the keys."""
     uniq, first = np.unique(keys, return_index=True)
     pos = np.searchsorted(uniq, wanted).clip(max=len(uniq) - 1)
     return np.where(uniq[pos] == wanted, first[pos], -1)
@@ -66,34 +97,70 @@ def attribute(ranges: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:
     """Pairs (range_row, op_row): the op was launched inside the range on the range's thread.
 
     ``ranges`` needs start_ns, end_ns, pid, tid, end_tid; ``launched`` comes from
-    ``launches()``. Per thread, launches sorted by start make the candidates of a
-    range one contiguous slice (``searchsorted``), checked for the end bound.
+    ``launches()``. See ``enclosed_launches`` for the order of the pairs.
     """
-    pieces = []
-    eligible = ranges.index[(ranges["end_tid"].to_numpy() < 0)]
-    rng = ranges.loc[eligible, ["start_ns", "end_ns", "pid", "tid"]]
-    rng = rng.assign(range_row=np.asarray(eligible))
-    by_thread = {k: g for k, g in launched.groupby(["pid", "tid"], sort=False)}
-    for key, r in rng.groupby(["pid", "tid"], sort=False):
-        lau = by_thread.get(key)
-        if lau is None:
-            continue
-        lau = lau.sort_values("launch_start_ns", kind="stable")
-        ls, le = lau["launch_start_ns"].to_numpy(), lau["launch_end_ns"].to_numpy()
-        lo = np.searchsorted(ls, r["start_ns"].to_numpy(), side="left")
-        hi = np.searchsorted(ls, r["end_ns"].to_numpy(), side="right")
-        counts = hi - lo
-        total = int(counts.sum())
-        if total == 0:
-            continue
-        first = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-        pos = np.arange(total) + first
-        range_rows = np.repeat(r["range_row"].to_numpy(), counts)
-        keep = le[pos] <= np.repeat(r["end_ns"].to_numpy(), counts)
-        pieces.append(pd.DataFrame({"range_row": range_rows[keep], "op_row": lau["op_row"].to_numpy()[pos[keep]]}))
-    if not pieces:
-        return pd.DataFrame({"range_row": [], "op_row": []}, dtype="int64")
-    return pd.concat(pieces, ignore_index=True)
+    pos, op_rows = enclosed_launches(ranges, launched)
+    return pd.DataFrame({"range_row": ranges.index.to_numpy()[pos], "op_row": op_rows}, dtype="int64")
+
+
+def enclosed_launches(
+    ranges: pd.DataFrame, launched: pd.DataFrame, any_thread: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of ``attribute`` as arrays: positions in ``ranges`` and the ops' ``op_row``.
+
+    Launches sorted by (thread, start) make the candidates of a range one contiguous
+    slice (``searchsorted``), checked for the end bound. Pairs come by thread (in order
+    of each thread's first range), then by range in row order, then by launch start.
+    ``any_thread`` takes every thread of a process as one and keeps ranges closed elsewhere.
+    """
+    eligible = np.arange(len(ranges)) if any_thread else np.flatnonzero(ranges["end_tid"].to_numpy() < 0)
+    if len(eligible) == 0 or len(launched) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+    def tid(df: pd.DataFrame, rows=slice(None)) -> np.ndarray:
+        return np.zeros(len(df), dtype=np.int64)[rows] if any_thread else df["tid"].to_numpy()[rows]
+
+    range_thread, launch_thread, n_threads = thread_codes(
+        (ranges["pid"].to_numpy()[eligible], tid(ranges, eligible)), (launched["pid"].to_numpy(), tid(launched))
+    )
+    # Launches by thread, each thread's by start (lexsort is stable: equal starts keep the ops' order).
+    order = np.lexsort((launched["launch_start_ns"].to_numpy(), launch_thread))
+    launch_start = launched["launch_start_ns"].to_numpy()[order]
+    launch_end = launched["launch_end_ns"].to_numpy()[order]
+    block = np.searchsorted(launch_thread[order], np.arange(n_threads + 1))  # thread t: block[t]:block[t + 1]
+    # Ranges by thread; codes number threads in order of their first range, as groupby(sort=False).
+    by_thread = np.argsort(range_thread, kind="stable")
+    rows, thread = eligible[by_thread], range_thread[by_thread]
+    start, end = ranges["start_ns"].to_numpy()[rows], ranges["end_ns"].to_numpy()[rows]
+    lo, hi = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
+    cut = np.searchsorted(thread, np.arange(n_threads + 1))  # ranges of thread t: cut[t]:cut[t + 1]
+    for t in np.unique(thread):
+        mine, first, last = slice(cut[t], cut[t + 1]), block[t], block[t + 1]
+        lo[mine] = first + np.searchsorted(launch_start[first:last], start[mine], side="left")
+        hi[mine] = first + np.searchsorted(launch_start[first:last], end[mine], side="right")
+    owner, candidate = expand_slices(lo, hi)
+    keep = launch_end[candidate] <= end[owner]
+    return rows[owner[keep]], launched["op_row"].to_numpy()[order[candidate[keep]]]
+
+
+def thread_codes(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]):
+    """Codes of the (pid, tid) pairs of two tables, numbered alike in order of first appearance, ``a`` first.
+
+    Returns the codes of ``a``, the codes of ``b`` and the number of distinct threads.
+    """
+    pid_code, _ = pd.factorize(np.concatenate([a[0], b[0]]))
+    tid_code, tids = pd.factorize(np.concatenate([a[1], b[1]]))
+    codes, uniq = pd.factorize(pid_code.astype(np.int64) * len(tids) + tid_code)
+    return codes[: len(a[0])], codes[len(a[0]) :], len(uniq)
+
+
+def expand_slices(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (k, i) with lo[k] <= i < hi[k], in order of k then i, as two arrays."""
+    counts = np.maximum(hi - lo, 0)
+    owner = np.repeat(np.arange(len(lo)), counts)
+    # i = lo[k] + (rank of the pair within its slice)
+    index = np.arange(len(owner)) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return owner, index
 
 
 def range_label(ranges: pd.DataFrame) -> pd.Series:
@@ -101,6 +168,33 @@ def range_label(ranges: pd.DataFrame) -> pd.Series:
     name = ranges["name"].astype(str)
     domain = ranges["domain"].astype(str)
     return name.where(domain == "", domain + ":" + name)
+
+
+def range_label_codes(ranges: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
+    """Each range's ``range_label`` as a code into the sorted distinct labels, and those labels.
+
+    Labels are built once per distinct (name, domain), not once per range.
+    """
+    name, domain = pd.Categorical(ranges["name"]), pd.Categorical(ranges["domain"])
+    # one integer per (name, domain); codes are -1 for a missing value, hence the + 1
+    pair = name.codes.astype(np.int64) * (len(domain.categories) + 1) + (domain.codes + 1)
+    pair_code, uniq = pd.factorize(pair)
+    first = np.full(len(uniq), len(pair))
+    np.minimum.at(first, pair_code, np.arange(len(pair)))  # a range row of each pair
+    label_code, labels = pd.factorize(range_label(ranges.iloc[first]), sort=True)
+    return label_code[pair_code], labels
+
+
+def positions(index: pd.Index, labels: np.ndarray) -> np.ndarray:
+    """Positions of ``labels`` in ``index`` (-1 when absent); a 0..n-1 RangeIndex needs no lookup."""
+    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and labels.dtype.kind in "iu":
+        return np.where((labels >= 0) & (labels < len(index)), labels, -1)
+    return index.get_indexer(labels)
+
+
+def take_rows(column: pd.Series, rows: np.ndarray):
+    """``column``'s values at ``rows`` (numpy or pandas array, keeping the dtype)."""
+    return column.to_numpy()[rows] if isinstance(column.dtype, np.dtype) else column.array.take(rows)
 
 
 def project_nvtx(
@@ -122,18 +216,19 @@ def project_nvtx(
         One row per (range instance, op): ``range_row`` (index label in ``ranges``),
         ``range`` (label), ``op_row`` (index into ``ops``), and the op's columns.
     """
-    if any_thread:
-        ranges, launched = ranges.assign(tid=0, end_tid=-1), launched.assign(tid=0)
-    pairs = attribute(ranges, launched)
-    range_rows = pairs["range_row"].to_numpy()
+    pos, op_rows = enclosed_launches(ranges, launched, any_thread)
     # Label each pair through its range's code: strings are looked up once per range, not per pair.
-    codes, labels = pd.factorize(range_label(ranges), sort=True)
-    range_codes = codes[ranges.index.get_indexer(range_rows)]
-    out = ops.iloc[pairs["op_row"].to_numpy()].reset_index(drop=True)
-    out.insert(0, "op_row", pairs["op_row"].to_numpy())
-    out.insert(0, "range", pd.Categorical.from_codes(range_codes, categories=labels).remove_unused_categories())
-    out.insert(0, "range_row", range_rows)
-    return out
+    codes, labels = range_label_codes(ranges)
+    pair_codes = codes[pos]
+    used = np.bincount(pair_codes, minlength=len(labels)) > 0  # only labels of projected ranges are categories
+    renumber = np.cumsum(used) - 1
+    columns = {
+        "range_row": ranges.index.to_numpy()[pos],
+        "range": pd.Categorical.from_codes(renumber[pair_codes], categories=labels[used]),
+        "op_row": op_rows,
+    }
+    columns.update({c: take_rows(ops[c], op_rows) for c in ops.columns})
+    return pd.DataFrame(columns, copy=False)  # fresh arrays: skip pandas' copy into one 2-D block
 
 
 PROJECTION_COLUMNS = [
@@ -160,7 +255,7 @@ def summarize_projection(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.D
     if attributed.empty:
         return pd.DataFrame({c: [] for c in PROJECTION_COLUMNS})
     # Aggregate per position of the range in ``ranges`` with numpy's unbuffered ufunc.at.
-    pos = ranges.index.get_indexer(attributed["range_row"].to_numpy())
+    pos = positions(ranges.index, attributed["range_row"].to_numpy())
     n = len(ranges)
     gpu_start = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(gpu_start, pos, attributed["start_ns"].to_numpy())
@@ -171,10 +266,11 @@ def summarize_projection(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.D
     gpu_ops = count_distinct(pos, attributed["correlation_id"].to_numpy(), n)
     has_ops = np.flatnonzero(np.bincount(pos, minlength=n))
     rows = has_ops[np.argsort(ranges.index.to_numpy()[has_ops], kind="stable")]
+    codes, labels = range_label_codes(ranges)
     return pd.DataFrame(
         {
             "range_row": ranges.index.to_numpy()[rows],
-            "range": range_label(ranges).to_numpy()[rows],
+            "range": labels.to_numpy()[codes[rows]],
             "cpu_start_ns": ranges["start_ns"].to_numpy()[rows],
             "cpu_duration_ns": ranges["duration_ns"].to_numpy()[rows],
             "gpu_start_ns": gpu_start[rows],
@@ -202,6 +298,8 @@ def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     values = values.astype(np.int64) - values.min()
     width = int(values.max()) + 1
-    keys = np.sort(codes.astype(np.int64) * width + values)
+    keys = codes.astype(np.int64) * width + values
+    if not (keys[1:] >= keys[:-1]).all():  # pairs often come sorted already (one thread, ids rising)
+        keys = np.sort(keys)
     distinct = keys[np.r_[True, keys[1:] != keys[:-1]]]
     return np.bincount(distinct // width, minlength=n)

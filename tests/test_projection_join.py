@@ -1,0 +1,121 @@
+"""The fast paths of the NVTX projection against plain reference implementations, on random tables.
+
+``launches`` joins through a lookup table when correlation ids are dense and through a
+sort otherwise; both must give the first runtime row of each (pid, correlation id).
+``enclosed_launches`` must give the same pairs, in the same order, as a loop over ranges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analyze.projection as projection
+from analyze.projection import enclosed_launches, first_row_by_sort, first_row_by_table, launches
+
+
+def reference_first_row(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    first: dict[int, int] = {}
+    for row, key in enumerate(keys.tolist()):
+        first.setdefault(key, row)
+    return np.array([first.get(w, -1) for w in wanted.tolist()], dtype=np.int64)
+
+
+@pytest.mark.parametrize("id_range", [50, 5_000, 200_000])  # dense with duplicates, dense, sparse
+def test_table_and_sort_join_agree_with_first_row_wins(id_range):
+    rng = np.random.default_rng(id_range)
+    keys = rng.integers(0, id_range, 400)
+    keys[rng.integers(0, 400, 40)] = keys[0]  # duplicated keys: the first row must win
+    wanted = np.concatenate([rng.choice(keys, 300), rng.integers(0, 2 * id_range, 100)])
+    expected = reference_first_row(keys, wanted)
+    assert (first_row_by_sort(keys, wanted) == expected).all()
+    assert (first_row_by_table(keys, wanted, int(keys.max()) + 1) == expected).all()
+    assert (projection.first_row_of_key(keys, wanted) == expected).all()
+
+
+def random_trace(rng: np.random.Generator, n_ops: int = 300, sparse: bool = False):
+    """Ops and runtime rows over 2 processes and 3 threads, with duplicate and missing correlation ids."""
+    step = 1_000 if sparse else 1  # sparse: 200k ids for 350 rows, the sort path
+    cid = rng.integers(1, 200, n_ops) * step
+    runtime = pd.DataFrame(
+        {
+            "correlation_id": np.concatenate([cid, rng.integers(-1, 200, 50) * step]),
+            "pid": rng.integers(1, 3, n_ops + 50),
+            "tid": rng.integers(10, 13, n_ops + 50),
+            "start_ns": rng.integers(0, 10_000, n_ops + 50),
+        }
+    )
+    runtime["end_ns"] = runtime["start_ns"] + rng.integers(0, 50, len(runtime))
+    ops = pd.DataFrame({"correlation_id": cid, "pid": rng.integers(1, 3, n_ops)})
+    ops.loc[rng.integers(0, n_ops, 10), "correlation_id"] = -1
+    return ops, runtime
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_launches_same_on_either_join(monkeypatch, sparse):
+    ops, runtime = random_trace(np.random.default_rng(1), sparse=sparse)
+    default = launches(ops, runtime)
+    monkeypatch.setattr(projection, "DENSE_SLOTS_PER_KEY", 0)  # always sort
+    by_sort = launches(ops, runtime)
+    monkeypatch.setattr(projection, "DENSE_SLOTS_PER_KEY", 10**12)  # always a table
+    by_table = launches(ops, runtime)
+    pd.testing.assert_frame_equal(default, by_sort)
+    pd.testing.assert_frame_equal(default, by_table)
+    assert len(default) > 100
+
+
+def reference_pairs(ranges: pd.DataFrame, launched: pd.DataFrame, any_thread: bool) -> list[tuple[int, int]]:
+    """Pairs by thread (first range first), range row, then launch start (ties: launch row order)."""
+    thread = (
+        (lambda df: list(zip(df["pid"], [0] * len(df), strict=True)))
+        if any_thread
+        else (lambda df: list(zip(df["pid"], df["tid"], strict=True)))
+    )
+    range_thread, launch_thread = thread(ranges), thread(launched)
+    threads = list(dict.fromkeys(range_thread))
+    pairs = []
+    for t in threads:
+        mine = sorted(
+            (i for i in range(len(launched)) if launch_thread[i] == t), key=lambda i: launched["launch_start_ns"][i]
+        )
+        for r in range(len(ranges)):
+            if range_thread[r] != t or (not any_thread and ranges["end_tid"][r] >= 0):
+                continue
+            for i in mine:
+                inside = ranges["start_ns"][r] <= launched["launch_start_ns"][i]
+                inside &= launched["launch_end_ns"][i] <= ranges["end_ns"][r]
+                if inside:
+                    pairs.append((r, int(launched["op_row"][i])))
+    return pairs
+
+
+@pytest.mark.parametrize("any_thread", [False, True])
+def test_enclosed_launches_match_a_loop_over_ranges(any_thread):
+    rng = np.random.default_rng(7)
+    n_launches, n_ranges = 400, 60
+    start = rng.integers(0, 5_000, n_launches)
+    start[:40] = start[40:80]  # equal launch starts keep the launches' order
+    launched = pd.DataFrame(
+        {
+            "op_row": rng.permutation(n_launches),
+            "pid": rng.integers(1, 3, n_launches),
+            "tid": rng.integers(10, 13, n_launches),
+            "launch_start_ns": start,
+            "launch_end_ns": start + rng.integers(0, 30, n_launches),
+        }
+    )
+    range_start = rng.integers(0, 5_000, n_ranges)
+    ranges = pd.DataFrame(
+        {
+            "start_ns": range_start,
+            "end_ns": range_start + rng.integers(0, 2_000, n_ranges),
+            "pid": rng.integers(1, 3, n_ranges),
+            "tid": rng.integers(10, 14, n_ranges),  # thread 13 launched nothing
+            "end_tid": np.where(rng.random(n_ranges) < 0.1, 11, -1),  # some closed on another thread
+        }
+    )
+    pos, op_rows = enclosed_launches(ranges, launched, any_thread)
+    expected = reference_pairs(ranges, launched, any_thread)
+    assert list(zip(pos.tolist(), op_rows.tolist(), strict=True)) == expected
+    assert len(expected) > 100
