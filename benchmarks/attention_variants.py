@@ -93,6 +93,32 @@ GRIDS = {
         ],
         "diag": [((64, 64, 4, 3), {}), ((64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True})],
     },
+    # run 8, second call: load order of L/D as before run 8 (fixes the base), queries-as-rows dS ("ROWS"),
+    # 3 programs per SM (2 stages, maxnreg 168), forward launch order again
+    "run8b": {
+        "fwd": [(128, 64, 8, 3)],
+        "fwd_tma": [],
+        "fwd_grouped": [((128, 64, 8, 3), 2), ((128, 64, 8, 3), 4), ((128, 64, 8, 4, 112), 2)],
+        "dkdv": [],
+        "dq": [(128, 64, 4, 3)],
+        "tma_dkdv": [(64, 64, 4, 3)],
+        "atomic": [],
+        "bwd_opts": [
+            ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+            ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True, "HEAD_GROUP": 4}),
+            ("tma", (64, 64, 4, 4), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+            ("tma", (64, 64, 4, 3), {"ROWS": True}),
+            ("tma", (64, 64, 4, 3), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
+            ("tma", (64, 64, 4, 3), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True, "HEAD_GROUP": 4}),
+            ("tma", (64, 64, 4, 4), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
+            ("tma", (64, 64, 4, 2), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
+            ("tma", (64, 64, 4, 2, 168), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
+            ("tma", (64, 64, 4, 2, 168), {"QDO_TMA": True, "SCALE_DS": True}),
+            ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True}),
+            ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
+        ],
+        "diag": [((64, 64, 4, 3), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True})],
+    },
     # d 128: twice the registers per row of Q, K, V and the accumulators; never screened before run 6
     "d128": {
         "fwd": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3),
@@ -296,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  fwd tma={r['tma']} head_group={r.get('head_group', 1)} {r['config']} {r['ms']:.3f} "
               f"err {r['rel_err_o']:.1e}", file=sys.stderr)  # fmt: skip
     for r in ok_bwd[:16]:
-        on = "+".join(k for k, x in r.get("opts", {}).items() if x) or "-"
+        on = [k if x is True else f"{k}={x}" for k, x in r.get("opts", {}).items() if x is True or x not in (False, 1)]
+        on = "+".join(on) or "-"
         print(f"  bwd {r['mode']} {on} dkdv {r['dkdv']} dq {r['dq']} {r['ms']:.3f} "
               f"err dq {r['rel_err_dq']:.1e} regs {r.get('_bwd_dkdv_kernel_regs_spills')}", file=sys.stderr)  # fmt: skip
     for r in rows:

@@ -112,6 +112,8 @@ def test_triton_under_torch_compile():
         {"QDO_TMA": True},
         {"REORDER": True, "SCALE_DS": True},
         {"QDO_TMA": True, "REORDER": True, "SCALE_DS": True, "HEAD_GROUP": 2},
+        {"ROWS": True},
+        {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True, "HEAD_GROUP": 2},
     ],
 )
 @pytest.mark.parametrize("mode", ["tma", "atomic", "two_kernel"])

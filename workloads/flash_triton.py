@@ -129,7 +129,8 @@ DEFAULT_BWD = "tma"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 FWD_HEAD_GROUP = 1  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
-BWD_OPTS = {"HEAD_GROUP": 1, "QDO_TMA": False, "REORDER": False, "SCALE_DS": False}
+BWD_OPTS = {"HEAD_GROUP": 1, "QDO_TMA": False, "REORDER": False, "SCALE_DS": False, "ROWS": False}
+BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
@@ -178,7 +179,7 @@ def _even(args):
 
 _KEY = ["N_CTX", "HEAD_DIM", "IS_CAUSAL"]
 _KEY_FWD = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "TMA", "HEAD_GROUP"]
-_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE", "HEAD_GROUP", "QDO_TMA", "REORDER", "SCALE_DS"]
+_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE", "HEAD_GROUP", "QDO_TMA", "REORDER", "SCALE_DS", "ROWS"]
 
 
 @triton.jit
@@ -310,46 +311,62 @@ def _dkdv_inner(
     dk, dv, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base, offs_n, offs_d, lo, hi,
     N_CTX, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, ROWS: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-        if EVEN:
-            lse = tl.load(l_base + offs_m) * 1.4426950408889634
-            delta = tl.load(d_base + offs_m)
-        else:
-            lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
-            delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
         if QDO_TMA:  # rows past N_CTX come from the next head (or zeros): lse = inf gives them p = 0, ds = 0
             q = q_desc.load([row0 + start_m, 0])
         elif EVEN:
             q = tl.load(q_base + row_off)
         else:
             q = tl.load(q_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if MASK:
-            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        if EVEN:
+            lse = tl.load(l_base + offs_m) * 1.4426950408889634
+        else:
+            lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
+        if ROWS:  # queries as rows: P, dP, dS are (BLOCK_M, BLOCK_N), L and D two registers a thread
+            p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
+            if MASK:
+                p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        else:  # keys as rows: P^T, dP^T, dS^T are (BLOCK_N, BLOCK_M), as dV and dK's products want them
+            p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])
+            if MASK:
+                p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         if QDO_TMA:
             do = do_desc.load([row0 + start_m, 0])
         elif EVEN:
             do = tl.load(do_base + row_off)
         else:
             do = tl.load(do_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
-        if REORDER:  # dP first: the dV product then runs while dS is computed
-            dp_t = tl.dot(v, tl.trans(do))
-            dv = tl.dot(p_t.to(do.dtype), do, dv)
+        if EVEN:
+            delta = tl.load(d_base + offs_m)
         else:
-            dv = tl.dot(p_t.to(do.dtype), do, dv)
-            dp_t = tl.dot(v, tl.trans(do))
-        if SCALE_DS:  # dS carries the softmax scale, so neither dK nor dQ is scaled afterwards
-            ds_t = (p_t * (dp_t * sm_scale - (delta * sm_scale)[None, :])).to(q.dtype)
-            dq_scale = 1.0
+            delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
+        dq_scale = 1.0 if SCALE_DS else sm_scale  # SCALE_DS: dS carries the softmax scale (dK, dQ unscaled)
+        if ROWS:
+            dp = tl.dot(do, tl.trans(v))
+            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
+            if SCALE_DS:
+                ds = (p * (dp * sm_scale - (delta * sm_scale)[:, None])).to(q.dtype)
+            else:
+                ds = (p * (dp - delta[:, None])).to(q.dtype)
+            dk = tl.dot(tl.trans(ds), q, dk)
+            dq = tl.dot(ds, k) * dq_scale
         else:
-            ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-            dq_scale = sm_scale
-        dk = tl.dot(ds_t, q, dk)
-        dq = tl.dot(tl.trans(ds_t), k) * dq_scale
+            if REORDER:  # dP first: the dV product then runs while dS is computed
+                dp_t = tl.dot(v, tl.trans(do))
+                dv = tl.dot(p_t.to(do.dtype), do, dv)
+            else:
+                dv = tl.dot(p_t.to(do.dtype), do, dv)
+                dp_t = tl.dot(v, tl.trans(do))
+            if SCALE_DS:
+                ds_t = (p_t * (dp_t * sm_scale - (delta * sm_scale)[None, :])).to(q.dtype)
+            else:
+                ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+            dk = tl.dot(ds_t, q, dk)
+            dq = tl.dot(tl.trans(ds_t), k) * dq_scale
         if DQ_MODE == 1:
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
@@ -372,7 +389,7 @@ def _dkdv_inner(
 def _bwd_dkdv_kernel(
     Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, ROWS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
@@ -383,7 +400,9 @@ def _bwd_dkdv_kernel(
     Structure switches (``BWD_OPTS``): ``HEAD_GROUP`` launch order (``_tile_order``;
     with causal masking key tile 0 sees the most queries); ``QDO_TMA`` Q and dO tiles through ``Q_DESC``/``DO_DESC``;
     ``REORDER`` issues dP before dV, so that the dV product runs while dS is
-    computed; ``SCALE_DS`` folds the softmax scale into dS.
+    computed; ``SCALE_DS`` folds the softmax scale into dS; ``ROWS`` computes
+    P, dS with queries as rows (the row vectors L, D then take 2 registers a
+    thread instead of 16; P and dS are transposed for dV and dK instead of dS for dQ).
     """
     num_n = tl.cdiv(N_CTX, BLOCK_N)
     pid_n, pid_bh = _tile_order(tl.program_id(0), num_n, tl.num_programs(0) // num_n, HEAD_GROUP)
@@ -409,18 +428,18 @@ def _bwd_dkdv_kernel(
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS,
+            QDO_TMA, REORDER, SCALE_DS, ROWS,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS,
+            QDO_TMA, REORDER, SCALE_DS, ROWS,
         )  # fmt: skip
     else:
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS,
+            QDO_TMA, REORDER, SCALE_DS, ROWS,
         )  # fmt: skip
     if not SCALE_DS:
         dk = dk * sm_scale
@@ -608,7 +627,8 @@ def backward_kernels(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward on contiguous ``(batch*heads, seq, d)`` tensors: ``(dQ, dK, dV)``; configs skip autotuning.
 
-    ``opts`` overrides entries of ``BWD_OPTS`` (the dK/dV kernel's structure switches).
+    ``opts`` overrides entries of ``BWD_OPTS`` (the dK/dV kernel's structure switches, which apply to head
+    dims up to ``BWD_OPTS_MAX_D``; larger ones start from all switches off).
     """
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -620,7 +640,8 @@ def backward_kernels(
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     mode_id = BWD_MODES[mode]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
-    opts = {**BWD_OPTS, **(opts or {})}
+    plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
+    opts = {**(BWD_OPTS if d <= BWD_OPTS_MAX_D else plain), **(opts or {})}
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q)
     bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
