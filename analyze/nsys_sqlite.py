@@ -9,6 +9,7 @@ decoded with replacement characters rather than rejected.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,11 +20,6 @@ import pandas as pd
 
 from analyze.errors import InputError
 from analyze.intervals import nesting_depth
-
-try:  # optional speed-up: columnar reads of the big tables (README, Dependencies)
-    import adbc_driver_sqlite.dbapi as adbc_sqlite
-except ImportError:  # pragma: no cover - exercised where the driver is absent
-    adbc_sqlite = None
 from analyze.tables import Trace
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -83,6 +79,20 @@ PID_SHIFT, ID_MASK = 24, 0xFFFFFF
 MISSING = -1  # NULL or absent integer column (nsys ids, times and sizes are never negative)
 
 
+@functools.cache
+def adbc_sqlite():
+    """The ADBC SQLite driver (optional speed-up: columnar reads of the big tables, README Dependencies), or None.
+
+    Imported on first use, not with this module: a report served from the Arrow cache never needs it.
+    """
+    try:
+        import adbc_driver_sqlite.dbapi
+
+        return adbc_driver_sqlite.dbapi
+    except ImportError:  # pragma: no cover - exercised where the driver is absent
+        return None
+
+
 def pid_of(global_id: pd.Series | np.ndarray) -> np.ndarray:
     """Process id from an nsys globalTid/globalPid (bits 24..47)."""
     return (np.asarray(global_id, dtype=np.int64) >> PID_SHIFT) & ID_MASK
@@ -91,6 +101,17 @@ def pid_of(global_id: pd.Series | np.ndarray) -> np.ndarray:
 def tid_of(global_tid: pd.Series | np.ndarray) -> np.ndarray:
     """Thread id from an nsys globalTid (low 24 bits)."""
     return np.asarray(global_tid, dtype=np.int64) & ID_MASK
+
+
+def with_unread_columns(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """``df`` plus columns ``names`` holding only MISSING, as read-only views of one value.
+
+    Eight such columns on a million kernels would take 64 MiB as real arrays; views take none.
+    """
+    if not names:
+        return df
+    missing = np.broadcast_to(np.int64(MISSING), len(df))
+    return pd.concat([df, pd.DataFrame(dict.fromkeys(names, missing), index=df.index, copy=False)], axis=1)
 
 
 class Export:
@@ -145,7 +166,7 @@ class Export:
             return f'"{c}"' if c in not_null else f'coalesce("{c}", {MISSING}) AS "{c}"'
 
         sql = self._select_sql(table, spec, present, f'{MISSING} AS "{{c}}"', where)
-        return self.query_columnar(sql) if adbc_sqlite is not None else self.query(sql).astype("int64")
+        return self.query_columnar(sql) if adbc_sqlite() is not None else self.query(sql).astype("int64")
 
     def select_soon(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]]) -> Future:
         """``select()`` on a worker thread, so the big tables are read side by side.
@@ -153,7 +174,7 @@ class Export:
         The ADBC driver releases the GIL while SQLite steps through rows, and each
         read opens its own connection; without it the read runs here, on sqlite3.
         """
-        if adbc_sqlite is None:
+        if adbc_sqlite() is None:
             done: Future = Future()
             done.set_result(self.select(table, spec))
             return done
@@ -167,7 +188,7 @@ class Export:
 
     def query_columnar(self, sql: str) -> pd.DataFrame:
         try:
-            with adbc_sqlite.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1") as con:
+            with adbc_sqlite().connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1") as con:
                 with con.cursor() as cur:
                     cur.execute(sql)
                     table = cur.fetch_arrow_table()
@@ -283,18 +304,8 @@ def read_kernels(
     if details:
         df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
     else:
-        unread = np.full(len(df), MISSING, dtype=np.int64)
-        for col in (
-            "grid_x",
-            "grid_y",
-            "grid_z",
-            "block_x",
-            "block_y",
-            "block_z",
-            "registers_per_thread",
-            "shared_memory_bytes",
-        ):
-            df[col] = unread
+        unread = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread")
+        df = with_unread_columns(df, [*unread, "shared_memory_bytes"])
     return df.rename(
         columns={
             "deviceId": "device_id",

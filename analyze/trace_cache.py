@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyze.nsys_sqlite import with_unread_columns
 from analyze.tables import SCHEMAS, Trace
 
 MISSING = -1  # an unread column (read_nsys_sqlite details=False) holds only this; it is not stored
@@ -103,9 +104,7 @@ def _load(folder: Path, key: dict) -> Trace | None:
         for name in SCHEMAS:
             with pa.memory_map(str(folder / f"{name}.arrow")) as source:
                 df = pa.ipc.open_file(source).read_all().to_pandas(split_blocks=True)
-            for col in manifest["unstored"][name]:
-                df[col] = np.full(len(df), MISSING, dtype=np.int64)
-            tables[name] = df
+            tables[name] = with_unread_columns(df, manifest["unstored"][name])
         return Trace(**tables, meta=manifest["meta"]).validated()
     except Exception:  # missing, partial or unreadable cache: read the export instead
         return None
