@@ -60,7 +60,16 @@ def busy_time_ns(ops: pd.DataFrame) -> int:
     """
     device = ops["device_id"].to_numpy()
     starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    return sum(union_length(starts[device == d], ends[device == d]) for d in pd.unique(device))
+    devices = pd.unique(device)
+    if len(devices) == 1:  # one GPU: no per-device copies
+        return union_length(starts, ends)
+    return sum(union_length(starts[device == d], ends[device == d]) for d in devices)
+
+
+def distinct_names(names: pd.Series, rows: np.ndarray) -> int:
+    """Distinct non-missing values of ``names`` at the ``rows`` mask, counted on category codes."""
+    codes = pd.Categorical(names).codes[rows]
+    return int(np.count_nonzero(np.bincount(codes[codes >= 0])))
 
 
 def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -86,7 +95,7 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | No
                 "trace_span_ns": span,
                 "gpu_span_ns": gpu_span,
                 "kernels": len(kernel_ns),
-                "distinct_kernels": int(ops["name"][is_kernel].nunique()),
+                "distinct_kernels": distinct_names(ops["name"], is_kernel),
                 "kernel_time_ns": int(kernel_ns.sum()),
                 "memops": int((~is_kernel).sum()),
                 "memop_time_ns": int(ops["duration_ns"].to_numpy()[~is_kernel].sum()),
@@ -103,19 +112,35 @@ def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame
     """Per kernel name: count, total/avg/min/max ns and share of all kernel time.
 
     Matches ``nsys stats --report gpukernsum`` summed over grid/block shapes.
-    Sorted by total time, descending; ``top`` keeps the first rows.
+    Sorted by total time, descending (ties: first launched first); ``top`` keeps the first rows.
     """
-    kern = ops[ops["is_kernel"]]
-    g = kern.groupby("name", observed=True, sort=False)
+    kern = np.flatnonzero(ops["is_kernel"].to_numpy(dtype=bool))
+    names = pd.Categorical(ops["name"])
+    codes, duration = names.codes[kern].astype(np.int64), ops["duration_ns"].to_numpy()[kern]
+    known = codes >= 0  # a missing name forms no group, as in groupby
+    kern, codes, duration = kern[known], codes[known], duration[known]
+    # Groups on category codes, listed in order of first appearance (as groupby(sort=False)).
+    n = len(names.categories)
+    first = np.full(n, len(codes))
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    groups = np.flatnonzero(first < len(codes))
+    groups = groups[np.argsort(first[groups], kind="stable")]
+    count, total = np.bincount(codes, minlength=n)[groups], sum_by(codes, duration, n)[groups]
+    low, high = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(low, codes, duration)
+    np.maximum.at(high, codes, duration)
+    index = pd.CategoricalIndex(pd.Categorical.from_codes(groups, dtype=names.dtype), name="name")
+    category = pd.Categorical(ops["category"])[kern[first[groups]]]  # the first kernel's category
     out = pd.DataFrame(
         {
-            "category": g["category"].first().astype(str),
-            "count": g.size(),
-            "total_ns": g["duration_ns"].sum(),
-            "avg_ns": g["duration_ns"].mean(),
-            "min_ns": g["duration_ns"].min(),
-            "max_ns": g["duration_ns"].max(),
-        }
+            "category": pd.Series(np.asarray(category), index=index).astype(str),
+            "count": count,
+            "total_ns": total,
+            "avg_ns": total / count,
+            "min_ns": low[groups],
+            "max_ns": high[groups],
+        },
+        index=index,
     )
     total = out["total_ns"].sum()
     out["share_frac"] = out["total_ns"] / total if total else np.nan
@@ -125,8 +150,16 @@ def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame
 
 def summarize_categories(ops: pd.DataFrame) -> pd.DataFrame:
     """GPU time per category (kernels and memops): count, total ns, share of GPU op time."""
-    g = ops.groupby("category", observed=False, sort=False)
-    out = pd.DataFrame({"count": g.size(), "total_ns": g["duration_ns"].sum()}).reindex(CATEGORIES, fill_value=0)
+    codes = pd.Categorical(ops["category"], categories=CATEGORIES).codes
+    known = codes >= 0  # a category outside CATEGORIES is not listed
+    n = len(CATEGORIES)
+    out = pd.DataFrame(
+        {
+            "count": np.bincount(codes[known], minlength=n),
+            "total_ns": sum_by(codes[known], ops["duration_ns"].to_numpy()[known], n),
+        },
+        index=pd.Index(CATEGORIES),
+    )
     total = out["total_ns"].sum()
     out["share_frac"] = out["total_ns"] / total if total else np.nan
     return out.reset_index(names="category")
@@ -171,11 +204,35 @@ def range_name_codes(ranges: pd.DataFrame, group_emit_nvtx: bool = False) -> tup
     return codes, texts[first_seen]
 
 
+def range_kernel_time(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
+    """Per row of ``ranges`` (same index): the kernels launched inside it and their time, split by category.
+
+    Columns kernels, kernel_time_ns and ``<category>_ns`` for each category some kernel
+    falls in, in the categories' order. ``summarize_ranges`` sums these rows per range name.
+    """
+    n = len(ranges)
+    pos = positions(ranges.index, attributed["range_row"].to_numpy())
+    kern = np.flatnonzero((pos >= 0) & attributed["is_kernel"].to_numpy(dtype=bool))  # kernels in a known range
+    pos, kern_ns = pos[kern], attributed["duration_ns"].to_numpy()[kern]
+    cats = pd.Categorical(attributed["category"])
+    n_cat = len(cats.categories)
+    cat_codes = cats.codes[kern].astype(np.int64)
+    cat_codes[cat_codes < 0] = n_cat  # a missing category: its own slot, counted in the total only
+    by_cat = sum_by(pos * (n_cat + 1) + cat_codes, kern_ns, n * (n_cat + 1)).reshape(n, n_cat + 1)
+    seen = np.flatnonzero(
+        np.bincount(cat_codes, minlength=n_cat + 1)[:n_cat]
+    )  # a category no kernel falls in: no column
+    columns = {"kernels": np.bincount(pos, minlength=n), "kernel_time_ns": by_cat.sum(axis=1)}
+    columns.update({f"{cats.categories[j]}_ns": by_cat[:, j] for j in seen})
+    return pd.DataFrame(columns, index=ranges.index)
+
+
 def summarize_ranges(
     ranges: pd.DataFrame,
     attributed: pd.DataFrame,
     projection: pd.DataFrame | None = None,
     group_emit_nvtx: bool = False,
+    kernel_time: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per range name: instances, CPU time, projected GPU time, kernels and their time.
 
@@ -186,6 +243,8 @@ def summarize_ranges(
     and one ``<category>_frac`` column per category of that kernel time.
     With ``group_emit_nvtx`` names are grouped by ``base_range_names``.
     Rows are range names in order of first appearance, then sorted by CPU time.
+    ``projection`` and ``kernel_time`` (``summarize_projection`` and ``range_kernel_time``
+    of the same arguments) skip recomputing them.
     """
     codes, names = range_name_codes(ranges, group_emit_nvtx)
     n = len(names)
@@ -195,32 +254,20 @@ def summarize_ranges(
         index=pd.Index(names, name="range"),
     )
     out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
-
-    def name_codes(range_rows: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-        """Name code of each row's range, and which rows name a range of ``ranges`` (by index label)."""
-        pos = positions(ranges.index, range_rows.to_numpy())
-        return codes[pos], pos >= 0
-
     proj = summarize_projection(ranges, attributed) if projection is None else projection
-    proj_codes, known = name_codes(proj["range_row"])
-    proj_codes = proj_codes[known]
+    pos = positions(ranges.index, proj["range_row"].to_numpy())
+    known = pos >= 0
+    proj_codes = codes[pos[known]]
     out["projected_instances"] = np.bincount(proj_codes, minlength=n)
     gpu_span = proj["gpu_duration_ns"].to_numpy()[known].astype(np.int64)
     out["gpu_span_total_ns"] = sum_by(proj_codes, gpu_span, n)
     out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
-    att_codes, known = name_codes(attributed["range_row"])
-    kern = np.flatnonzero(known & attributed["is_kernel"].to_numpy(dtype=bool))  # rows: kernels in a known range
-    kern_codes, kern_ns = att_codes[kern], attributed["duration_ns"].to_numpy()[kern]
-    out["kernels"] = np.bincount(kern_codes, minlength=n)
-    out["kernel_time_ns"] = sum_by(kern_codes, kern_ns, n)
-    if len(kern_codes):
-        cats = pd.Categorical(attributed["category"])[kern]
-        n_cat = len(cats.categories)
-        by_cat = sum_by(kern_codes * n_cat + cats.codes, kern_ns, n * n_cat).reshape(n, n_cat)
-        seen = np.bincount(cats.codes, minlength=n_cat) > 0  # a category no kernel falls in gets no column
-        kernel_time = out["kernel_time_ns"].replace(0, np.nan)
-        for j in np.flatnonzero(seen):
-            out[f"{cats.categories[j]}_frac"] = (by_cat[:, j] / kernel_time).fillna(0)
+    per_row = range_kernel_time(ranges, attributed) if kernel_time is None else kernel_time
+    out["kernels"] = sum_by(codes, per_row["kernels"].to_numpy(), n)
+    out["kernel_time_ns"] = sum_by(codes, per_row["kernel_time_ns"].to_numpy(), n)
+    kernel_ns = out["kernel_time_ns"].replace(0, np.nan)
+    for col in per_row.columns[2:]:
+        out[f"{col.removesuffix('_ns')}_frac"] = (sum_by(codes, per_row[col].to_numpy(), n) / kernel_ns).fillna(0)
     return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -289,19 +336,22 @@ def summarize_phases(phases: pd.DataFrame, attributed: pd.DataFrame, window: pd.
     if phases.empty:
         return pd.DataFrame(columns=PHASE_COLUMNS)
 
-    def per_row(att: pd.DataFrame) -> pd.DataFrame:
-        kern = att[att["is_kernel"] & att["range_row"].isin(phases.index)]
-        return kern.groupby("range_row")["duration_ns"].agg(["size", "sum"]).reindex(phases.index).fillna(0)
+    def per_row(att: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Kernels and their summed ns per row of ``phases``."""
+        pos = positions(phases.index, att["range_row"].to_numpy())
+        kern = np.flatnonzero((pos >= 0) & att["is_kernel"].to_numpy(dtype=bool))
+        pos = pos[kern]
+        return np.bincount(pos, minlength=len(phases)), sum_by(pos, att["duration_ns"].to_numpy()[kern], len(phases))
 
-    own, win = per_row(attributed), per_row(window)
+    (kernels, kernel_ns), (window_kernels, window_ns) = per_row(attributed), per_row(window)
     df = pd.DataFrame(
         {
             "range": range_label(phases).to_numpy(),
             "cpu_ns": phases["duration_ns"].to_numpy(),
-            "kernels": own["size"].to_numpy(),
-            "kernel_ns": own["sum"].to_numpy(),
-            "window_kernels": win["size"].to_numpy(),
-            "window_ns": win["sum"].to_numpy(),
+            "kernels": kernels,
+            "kernel_ns": kernel_ns,
+            "window_kernels": window_kernels,
+            "window_ns": window_ns,
         }
     )
     g = df.groupby("range", sort=False)
@@ -325,6 +375,7 @@ def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
     attributed = project_nvtx(trace.nvtx, slim, launched)
     categories = summarize_categories(ops)
     projection = summarize_projection(trace.nvtx, attributed)
+    kernel_time = range_kernel_time(trace.nvtx, attributed)
     phases = phase_ranges(trace.nvtx)
     window = project_nvtx(phases, slim, launched, any_thread=True)
     return {
@@ -336,8 +387,10 @@ def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
         "kernels": summarize_kernels(ops),
         "categories": categories,
         "attributed": attributed,
-        "ranges": summarize_ranges(trace.nvtx, attributed, projection),
-        "range_groups": summarize_ranges(trace.nvtx, attributed, projection, group_emit_nvtx=True),
+        "ranges": summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
+        "range_groups": summarize_ranges(
+            trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
+        ),
         "range_kernels": summarize_range_kernels(attributed),
         "projection": projection,
     }

@@ -10,14 +10,22 @@ import pandas as pd
 
 
 def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals [start, end) into sorted disjoint ones (touching intervals merge)."""
+    """Merge intervals [start, end) into sorted disjoint ones (touching intervals merge).
+
+    With every end >= its start, starts and ends can be sorted apart (two plain sorts,
+    no argsort and gathers): the i-th smallest start opens a new interval of the union
+    exactly when it lies after the i smallest ends, because no interval starting later
+    can end before it. Otherwise intervals are sorted by start and swept.
+    """
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     if len(starts) == 0:
         return starts[:0], ends[:0]
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
+    if (ends >= starts).all():
+        s, reach = np.sort(starts), np.sort(ends)
+    else:
+        order = np.argsort(starts, kind="stable")
+        s, reach = starts[order], np.maximum.accumulate(ends[order])  # reach: furthest end so far
     first = np.empty(len(s), dtype=bool)
     first[0] = True
     first[1:] = s[1:] > reach[:-1]

@@ -27,26 +27,30 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     process id on GPU rows match on the correlation id alone. Rows keep the ops' order.
     """
     rt_cid = runtime["correlation_id"].to_numpy()
-    has_cid = np.flatnonzero(rt_cid >= 0)
-    if ops.empty or len(has_cid) == 0:
+    with_cid = rt_cid >= 0
+    if ops.empty or not with_cid.any():
         return pd.DataFrame(
             {"op_row": [], "pid": [], "tid": [], "launch_start_ns": [], "launch_end_ns": []}, dtype="int64"
         )
-    rt_cid, rt_pid = rt_cid[has_cid], runtime["pid"].to_numpy()[has_cid]
+    rt_pid = runtime["pid"].to_numpy()
+    kept = None if with_cid.all() else np.flatnonzero(with_cid)  # runtime rows with an id (None: all)
+    if kept is not None:
+        rt_cid, rt_pid = rt_cid[kept], rt_pid[kept]
     op_cid, op_pid = ops["correlation_id"].to_numpy(), ops["pid"].to_numpy()
     if (op_pid < 0).all():
         rt_pid, op_pid = np.zeros_like(rt_pid), np.zeros_like(op_pid)
     # One integer key per (pid, correlation id) pair, so the join is a lookup instead of a merge.
-    rt_pid_code, pids = pd.factorize(rt_pid)
+    pids = pd.Index(pd.unique(rt_pid))
     stride = int(rt_cid.max()) + 1
-    rt_key = rt_pid_code * stride + rt_cid
-    op_pid_code = pd.Index(pids).get_indexer(op_pid)
+    if len(pids) == 1:  # one process: the correlation id is the key
+        rt_key, op_pid_code = rt_cid, np.where(op_pid == pids[0], 0, -1)
+    else:
+        rt_key, op_pid_code = pids.get_indexer(rt_pid) * stride + rt_cid, pids.get_indexer(op_pid)
     valid = (op_pid_code >= 0) & (op_cid >= 0) & (op_cid < stride)
     op_key = np.where(valid, op_pid_code * stride + op_cid, 0)
     rt_row = first_row_of_key(rt_key, op_key)  # first runtime row per key, as drop_duplicates keeps
-    matched = valid & (rt_row >= 0)
-    op_rows = np.flatnonzero(matched)
-    rt_rows = has_cid[rt_row[op_rows]]
+    op_rows = np.flatnonzero(valid & (rt_row >= 0))
+    rt_rows = rt_row[op_rows] if kept is None else kept[rt_row[op_rows]]
     return pd.DataFrame(
         {
             "op_row": op_rows.astype(np.int64),
@@ -117,54 +121,66 @@ def enclosed_launches(
     if len(eligible) == 0 or len(launched) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
 
-    def tid(df: pd.DataFrame, rows=slice(None)) -> np.ndarray:
-        return np.zeros(len(df), dtype=np.int64)[rows] if any_thread else df["tid"].to_numpy()[rows]
+    def tid(df: pd.DataFrame) -> np.ndarray:
+        return np.zeros(len(df), dtype=np.int64) if any_thread else df["tid"].to_numpy()
 
-    range_thread, launch_thread, n_threads = thread_codes(
-        (ranges["pid"].to_numpy()[eligible], tid(ranges, eligible)), (launched["pid"].to_numpy(), tid(launched))
+    range_thread, launch_thread = thread_keys(
+        (ranges["pid"].to_numpy()[eligible], tid(ranges)[eligible]), (launched["pid"].to_numpy(), tid(launched))
     )
     # Launches by thread, each thread's by start (lexsort is stable: equal starts keep the ops' order).
     order = np.lexsort((launched["launch_start_ns"].to_numpy(), launch_thread))
+    launch_thread = launch_thread[order]
     launch_start = launched["launch_start_ns"].to_numpy()[order]
-    launch_end = launched["launch_end_ns"].to_numpy()[order]
-    block = np.searchsorted(launch_thread[order], np.arange(n_threads + 1))  # thread t: block[t]:block[t + 1]
-    # Ranges by thread; codes number threads in order of their first range, as groupby(sort=False).
-    by_thread = np.argsort(range_thread, kind="stable")
-    rows, thread = eligible[by_thread], range_thread[by_thread]
+    # Ranges by thread, threads in order of their first range (as groupby(sort=False)), rows in order.
+    thread, threads = pd.factorize(range_thread)
+    by_thread = np.argsort(thread, kind="stable")
+    rows, thread = eligible[by_thread], thread[by_thread]
     start, end = ranges["start_ns"].to_numpy()[rows], ranges["end_ns"].to_numpy()[rows]
     lo, hi = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
-    cut = np.searchsorted(thread, np.arange(n_threads + 1))  # ranges of thread t: cut[t]:cut[t + 1]
-    for t in np.unique(thread):
-        mine, first, last = slice(cut[t], cut[t + 1]), block[t], block[t + 1]
+    cut = np.searchsorted(thread, np.arange(len(threads) + 1))  # ranges of thread t: cut[t]:cut[t + 1]
+    for t, key in enumerate(threads):
+        mine = slice(cut[t], cut[t + 1])
+        first, last = np.searchsorted(launch_thread, key, "left"), np.searchsorted(launch_thread, key, "right")
         lo[mine] = first + np.searchsorted(launch_start[first:last], start[mine], side="left")
         hi[mine] = first + np.searchsorted(launch_start[first:last], end[mine], side="right")
     owner, candidate = expand_slices(lo, hi)
-    keep = launch_end[candidate] <= end[owner]
+    keep = launched["launch_end_ns"].to_numpy()[order[candidate]] <= end[owner]
     return rows[owner[keep]], launched["op_row"].to_numpy()[order[candidate[keep]]]
 
 
-def thread_codes(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]):
-    """Codes of the (pid, tid) pairs of two tables, numbered alike in order of first appearance, ``a`` first.
+def thread_keys(*tables: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
+    """One int64 per (pid, tid) pair of each table's (pid, tid) arrays, equal exactly for equal pairs.
 
-    Returns the codes of ``a``, the codes of ``b`` and the number of distinct threads.
+    nsys ids fit in 24 bits, so the pair is packed into one number; other ids are numbered.
     """
-    pid_code, _ = pd.factorize(np.concatenate([a[0], b[0]]))
-    tid_code, tids = pd.factorize(np.concatenate([a[1], b[1]]))
-    codes, uniq = pd.factorize(pid_code.astype(np.int64) * len(tids) + tid_code)
-    return codes[: len(a[0])], codes[len(a[0]) :], len(uniq)
+    ids = [x for pair in tables for x in pair if len(x)]
+    if all(x.min() >= 0 and x.max() < 2**31 for x in ids):
+        return [(pid.astype(np.int64) << 32) | tid for pid, tid in tables]
+    pid_code, _ = pd.factorize(np.concatenate([pid for pid, _ in tables]))
+    tid_code, tids = pd.factorize(np.concatenate([tid for _, tid in tables]))
+    keys = pid_code.astype(np.int64) * len(tids) + tid_code
+    return np.split(keys, np.cumsum([len(pid) for pid, _ in tables])[:-1])
 
 
 def expand_slices(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every (k, i) with lo[k] <= i < hi[k], in order of k then i, as two arrays."""
     counts = np.maximum(hi - lo, 0)
     owner = np.repeat(np.arange(len(lo)), counts)
-    # i = lo[k] + (rank of the pair within its slice)
-    index = np.arange(len(owner)) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    # i = lo[k] + (rank of the pair within its slice) = lo[k] - (pairs before slice k) + (rank of the pair)
+    index = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    index += np.arange(len(index))
     return owner, index
 
 
 def range_label(ranges: pd.DataFrame) -> pd.Series:
     """Range names as nsys prints them: ``domain:name`` in a named domain, else ``name``."""
+    codes, labels = range_label_codes(ranges)
+    # code -1: a missing name, kept missing (as the per-row formula of label_text does)
+    return pd.Series(labels.take(codes, allow_fill=True, fill_value=np.nan), index=ranges.index, name="name")
+
+
+def label_text(ranges: pd.DataFrame) -> pd.Series:
+    """``range_label`` computed row by row (strings built per range: use it on few rows)."""
     name = ranges["name"].astype(str)
     domain = ranges["domain"].astype(str)
     return name.where(domain == "", domain + ":" + name)
@@ -181,15 +197,37 @@ def range_label_codes(ranges: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     pair_code, uniq = pd.factorize(pair)
     first = np.full(len(uniq), len(pair))
     np.minimum.at(first, pair_code, np.arange(len(pair)))  # a range row of each pair
-    label_code, labels = pd.factorize(range_label(ranges.iloc[first]), sort=True)
+    label_code, labels = pd.factorize(label_text(ranges.iloc[first]), sort=True)
     return label_code[pair_code], labels
 
 
+def used_categories(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
+    """``Categorical.from_codes(codes, categories).remove_unused_categories()`` in linear time.
+
+    (pandas finds the used codes by hashing, ~0.1 s on 1.5M codes; a bincount does it in a few ms.)
+    """
+    known = codes >= 0  # -1: missing
+    used = np.bincount(codes[known], minlength=len(categories)) > 0
+    renumber = np.cumsum(used) - 1
+    return pd.Categorical.from_codes(np.where(known, renumber[codes], -1), categories=categories[used])
+
+
 def positions(index: pd.Index, labels: np.ndarray) -> np.ndarray:
-    """Positions of ``labels`` in ``index`` (-1 when absent); a 0..n-1 RangeIndex needs no lookup."""
-    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and labels.dtype.kind in "iu":
-        return np.where((labels >= 0) & (labels < len(index)), labels, -1)
-    return index.get_indexer(labels)
+    """Positions of ``labels`` in ``index`` (-1 when absent), as ``index.get_indexer``.
+
+    Trace tables are indexed by row number (0..n-1, or a subset of those rows), so a
+    lookup table of at most a few slots per label replaces hashing a million labels.
+    """
+    if labels.dtype.kind not in "iu" or index.dtype.kind not in "iu" or len(index) == 0 or not index.is_unique:
+        return index.get_indexer(labels)
+    low, high = int(index.min()), int(index.max())
+    if low < 0 or high >= 4 * (len(index) + len(labels)):
+        return index.get_indexer(labels)
+    if isinstance(index, pd.RangeIndex) and low == 0 and index.step == 1:  # label = position
+        return np.where((labels >= 0) & (labels <= high), labels, -1)
+    table = np.full(high + 1, -1, dtype=np.int64)
+    table[index.to_numpy()] = np.arange(len(index))
+    return np.where((labels >= 0) & (labels <= high), table[np.clip(labels, 0, high)], -1)
 
 
 def take_rows(column: pd.Series, rows: np.ndarray):
@@ -219,12 +257,9 @@ def project_nvtx(
     pos, op_rows = enclosed_launches(ranges, launched, any_thread)
     # Label each pair through its range's code: strings are looked up once per range, not per pair.
     codes, labels = range_label_codes(ranges)
-    pair_codes = codes[pos]
-    used = np.bincount(pair_codes, minlength=len(labels)) > 0  # only labels of projected ranges are categories
-    renumber = np.cumsum(used) - 1
     columns = {
         "range_row": ranges.index.to_numpy()[pos],
-        "range": pd.Categorical.from_codes(renumber[pair_codes], categories=labels[used]),
+        "range": used_categories(codes[pos], labels),
         "op_row": op_rows,
     }
     columns.update({c: take_rows(ops[c], op_rows) for c in ops.columns})
@@ -266,11 +301,10 @@ def summarize_projection(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.D
     gpu_ops = count_distinct(pos, attributed["correlation_id"].to_numpy(), n)
     has_ops = np.flatnonzero(np.bincount(pos, minlength=n))
     rows = has_ops[np.argsort(ranges.index.to_numpy()[has_ops], kind="stable")]
-    codes, labels = range_label_codes(ranges)
     return pd.DataFrame(
         {
             "range_row": ranges.index.to_numpy()[rows],
-            "range": labels.to_numpy()[codes[rows]],
+            "range": range_label(ranges).to_numpy()[rows],
             "cpu_start_ns": ranges["start_ns"].to_numpy()[rows],
             "cpu_duration_ns": ranges["duration_ns"].to_numpy()[rows],
             "gpu_start_ns": gpu_start[rows],
@@ -296,9 +330,12 @@ def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """
     if len(values) == 0:
         return np.zeros(n, dtype=np.int64)
-    values = values.astype(np.int64) - values.min()
-    width = int(values.max()) + 1
-    keys = codes.astype(np.int64) * width + values
+    values = np.asarray(values, dtype=np.int64)
+    low = int(values.min())
+    width = int(values.max()) - low + 1
+    keys = codes.astype(np.int64) * width
+    keys += values
+    keys -= low
     if not (keys[1:] >= keys[:-1]).all():  # pairs often come sorted already (one thread, ids rising)
         keys = np.sort(keys)
     distinct = keys[np.r_[True, keys[1:] != keys[:-1]]]

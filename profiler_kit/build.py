@@ -358,9 +358,11 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[T
     for src in sources:
         trace = read_trace(src, details=False, cache=cache)
         tables = analyze_trace(trace)
-        kernels = tables["ops"][tables["ops"]["is_kernel"]]
-        if kernels["pid"].nunique() > 1:
-            tables["ranks"] = summarize_rank_time(kernels)
+        ops = tables["ops"]
+        is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
+        pids = ops["pid"].to_numpy()[is_kernel]
+        if len(pids) and (pids != pids[0]).any():  # several processes launched kernels (no copy of ops otherwise)
+            tables["ranks"] = summarize_rank_time(ops[is_kernel])
         for per_op in ("ops", "attributed"):  # one row per GPU op: the report needs only the summaries
             del tables[per_op]
         results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, tables))

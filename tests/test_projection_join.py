@@ -34,27 +34,27 @@ def test_table_and_sort_join_agree_with_first_row_wins(id_range):
     assert (projection.first_row_of_key(keys, wanted) == expected).all()
 
 
-def random_trace(rng: np.random.Generator, n_ops: int = 300, sparse: bool = False):
-    """Ops and runtime rows over 2 processes and 3 threads, with duplicate and missing correlation ids."""
+def random_trace(rng: np.random.Generator, n_ops: int = 300, sparse: bool = False, processes: int = 2):
+    """Ops and runtime rows over some processes and 3 threads, with duplicate and missing correlation ids."""
     step = 1_000 if sparse else 1  # sparse: 200k ids for 350 rows, the sort path
     cid = rng.integers(1, 200, n_ops) * step
     runtime = pd.DataFrame(
         {
             "correlation_id": np.concatenate([cid, rng.integers(-1, 200, 50) * step]),
-            "pid": rng.integers(1, 3, n_ops + 50),
+            "pid": rng.integers(1, 1 + processes, n_ops + 50),
             "tid": rng.integers(10, 13, n_ops + 50),
             "start_ns": rng.integers(0, 10_000, n_ops + 50),
         }
     )
     runtime["end_ns"] = runtime["start_ns"] + rng.integers(0, 50, len(runtime))
-    ops = pd.DataFrame({"correlation_id": cid, "pid": rng.integers(1, 3, n_ops)})
+    ops = pd.DataFrame({"correlation_id": cid, "pid": rng.integers(1, 3, n_ops)})  # pid 2: no runtime row if 1 process
     ops.loc[rng.integers(0, n_ops, 10), "correlation_id"] = -1
     return ops, runtime
 
 
-@pytest.mark.parametrize("sparse", [False, True])
-def test_launches_same_on_either_join(monkeypatch, sparse):
-    ops, runtime = random_trace(np.random.default_rng(1), sparse=sparse)
+@pytest.mark.parametrize("sparse, processes", [(False, 2), (True, 2), (False, 1)])
+def test_launches_same_on_either_join(monkeypatch, sparse, processes):
+    ops, runtime = random_trace(np.random.default_rng(1), sparse=sparse, processes=processes)
     default = launches(ops, runtime)
     monkeypatch.setattr(projection, "DENSE_SLOTS_PER_KEY", 0)  # always sort
     by_sort = launches(ops, runtime)
@@ -62,7 +62,24 @@ def test_launches_same_on_either_join(monkeypatch, sparse):
     by_table = launches(ops, runtime)
     pd.testing.assert_frame_equal(default, by_sort)
     pd.testing.assert_frame_equal(default, by_table)
+    op_rows, runtime_rows = reference_launches(ops, runtime)
+    assert default["op_row"].tolist() == op_rows
+    assert default["launch_start_ns"].tolist() == runtime["start_ns"].to_numpy()[runtime_rows].tolist()
     assert len(default) > 100
+
+
+def reference_launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> tuple[list[int], list[int]]:
+    """Matched op rows and their runtime rows: first runtime row with the op's (pid, correlation id)."""
+    first: dict[tuple[int, int], int] = {}
+    for row, (pid, cid) in enumerate(zip(runtime["pid"], runtime["correlation_id"], strict=True)):
+        if cid >= 0:
+            first.setdefault((pid, cid), row)
+    matched = [
+        (row, first.get((pid, cid)))
+        for row, (pid, cid) in enumerate(zip(ops["pid"], ops["correlation_id"], strict=True))
+    ]
+    matched = [(row, rt) for row, rt in matched if rt is not None]
+    return [row for row, _ in matched], [rt for _, rt in matched]
 
 
 def reference_pairs(ranges: pd.DataFrame, launched: pd.DataFrame, any_thread: bool) -> list[tuple[int, int]]:
@@ -90,8 +107,8 @@ def reference_pairs(ranges: pd.DataFrame, launched: pd.DataFrame, any_thread: bo
     return pairs
 
 
-@pytest.mark.parametrize("any_thread", [False, True])
-def test_enclosed_launches_match_a_loop_over_ranges(any_thread):
+@pytest.mark.parametrize("any_thread, first_tid", [(False, 10), (True, 10), (False, 2**40)])  # 2**40: not packed
+def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid):
     rng = np.random.default_rng(7)
     n_launches, n_ranges = 400, 60
     start = rng.integers(0, 5_000, n_launches)
@@ -100,7 +117,7 @@ def test_enclosed_launches_match_a_loop_over_ranges(any_thread):
         {
             "op_row": rng.permutation(n_launches),
             "pid": rng.integers(1, 3, n_launches),
-            "tid": rng.integers(10, 13, n_launches),
+            "tid": first_tid + rng.integers(0, 3, n_launches),
             "launch_start_ns": start,
             "launch_end_ns": start + rng.integers(0, 30, n_launches),
         }
@@ -111,11 +128,25 @@ def test_enclosed_launches_match_a_loop_over_ranges(any_thread):
             "start_ns": range_start,
             "end_ns": range_start + rng.integers(0, 2_000, n_ranges),
             "pid": rng.integers(1, 3, n_ranges),
-            "tid": rng.integers(10, 14, n_ranges),  # thread 13 launched nothing
-            "end_tid": np.where(rng.random(n_ranges) < 0.1, 11, -1),  # some closed on another thread
+            "tid": first_tid + rng.integers(0, 4, n_ranges),  # the 4th thread launched nothing
+            "end_tid": np.where(rng.random(n_ranges) < 0.1, first_tid, -1),  # some closed on another thread
         }
     )
     pos, op_rows = enclosed_launches(ranges, launched, any_thread)
     expected = reference_pairs(ranges, launched, any_thread)
     assert list(zip(pos.tolist(), op_rows.tolist(), strict=True)) == expected
     assert len(expected) > 100
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        pd.RangeIndex(50),
+        pd.Index([3, 7, 8, 20, 41]),  # rows of a table (a lookup table)
+        pd.Index([10**12, 5, 9]),  # too sparse for a table: hashed
+        pd.RangeIndex(5, 30, 2),
+    ],
+)
+def test_positions_are_get_indexer(index):
+    labels = np.array([0, 3, 5, 7, 8, 9, 20, 41, 49, 50, 10**12, -1, 10**13])
+    assert (projection.positions(index, labels) == index.get_indexer(labels)).all()
