@@ -119,6 +119,27 @@ GRIDS = {
         ],
         "diag": [((64, 64, 4, 3), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True})],
     },
+    # run 8, third call, defaults now QDO_TMA+REORDER+SCALE_DS, HEAD_GROUP 4 (bwd) and 2 (fwd): dQ product
+    # first (DQ_FIRST; dV and dK then run on into the next tile), 3 programs per SM, the default twice
+    "run8c": {
+        "fwd": [(128, 64, 8, 3)],
+        "fwd_tma": [],
+        "fwd_grouped": [((128, 64, 8, 3), 2), ((128, 64, 8, 4, 112), 2)],
+        "dkdv": [],
+        "dq": [(128, 64, 4, 3)],
+        "tma_dkdv": [(64, 64, 4, 3)],
+        "atomic": [],
+        "bwd_opts": [
+            ("tma", (64, 64, 4, 2, 168), {"REORDER": False}),
+            ("tma", (64, 64, 4, 3), {"DQ_FIRST": True}),
+            ("tma", (64, 64, 4, 2, 168), {"DQ_FIRST": True}),
+            ("tma", (64, 64, 4, 3), {"ROWS": True, "DQ_FIRST": True}),
+            ("tma", (64, 64, 4, 2), {"ROWS": True, "DQ_FIRST": True}),
+            ("tma", (64, 64, 4, 2, 168), {"ROWS": True, "DQ_FIRST": True}),
+            ("tma", (64, 64, 4, 3), {"HEAD_GROUP": 1}),
+            ("tma", (64, 64, 4, 3), {}),
+        ],
+    },
     # d 128: twice the registers per row of Q, K, V and the accumulators; never screened before run 6
     "d128": {
         "fwd": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 3), (64, 32, 4, 3),

@@ -6,12 +6,14 @@ to 256 (``tl.dot`` tiles); the sequence length is free: loads are masked when
 it is not a multiple of the tiles (``EVEN`` is a constexpr, so the common case
 pays nothing).
 
-- Forward: grid ``(query tiles, batch*heads)``; fp32 accumulators, online
+- Forward: one program per query tile; fp32 accumulators, online
   softmax in base 2 (the scale is folded into ``log2(e)``), output in the input
   dtype, and the natural-log logsumexp ``L`` saved for backward. With
   ``IS_CAUSAL`` (a constexpr) the key loop stops at the diagonal: fully masked
   tiles are never loaded, and only the diagonal tile pays for the mask. Query
-  tiles run heaviest first so the short ones fill the tail of the launch.
+  tiles run heaviest first, heads in groups of ``FWD_HEAD_GROUP`` (``_tile_order``),
+  so the short tiles fill the tail of the launch (head after head left the
+  last heads' long tiles alone at the end: 5% of the forward, run 8).
 - Backward: ``D = rowsum(dO * O)`` in a small kernel, then two kernels with no
   race on dQ: one program per key tile accumulates dK, dV over query tiles;
   one program per query tile accumulates dQ over key tiles. Each gradient tile
@@ -24,7 +26,10 @@ pays nothing).
   fastest in run 4 (benchmarks/results/attention/README.md) by a margin within
   noise of the autotuned two-kernel one, with fewer configs to tune; its dQ
   sums in an unspecified order, so it is not bitwise deterministic. fp32
-  inputs and pre-Hopper GPUs use the two-kernel backward.
+  inputs and pre-Hopper GPUs use the two-kernel backward. ``BWD_OPTS``
+  switches the dK/dV kernel's structure (head dims up to ``BWD_OPTS_MAX_D``);
+  the defaults load Q and dO tiles by TMA descriptors, issue dP before dV and
+  fold the softmax scale into dS, 4% faster than none of them (run 8).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -127,9 +132,9 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 
 DEFAULT_BWD = "tma"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
-FWD_HEAD_GROUP = 1  # forward launch order: heads in groups of this many, longest tiles of a group first
+FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
-BWD_OPTS = {"HEAD_GROUP": 1, "QDO_TMA": False, "REORDER": False, "SCALE_DS": False, "ROWS": False}
+BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": True, "SCALE_DS": True, "ROWS": False, "DQ_FIRST": False}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
@@ -179,7 +184,18 @@ def _even(args):
 
 _KEY = ["N_CTX", "HEAD_DIM", "IS_CAUSAL"]
 _KEY_FWD = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "TMA", "HEAD_GROUP"]
-_KEY_DKDV = ["N_CTX", "HEAD_DIM", "IS_CAUSAL", "DQ_MODE", "HEAD_GROUP", "QDO_TMA", "REORDER", "SCALE_DS", "ROWS"]
+_KEY_DKDV = [
+    "N_CTX",
+    "HEAD_DIM",
+    "IS_CAUSAL",
+    "DQ_MODE",
+    "HEAD_GROUP",
+    "QDO_TMA",
+    "REORDER",
+    "SCALE_DS",
+    "ROWS",
+    "DQ_FIRST",
+]
 
 
 @triton.jit
@@ -312,6 +328,7 @@ def _dkdv_inner(
     N_CTX, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
     QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, ROWS: tl.constexpr,
+    DQ_FIRST: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -347,17 +364,24 @@ def _dkdv_inner(
         dq_scale = 1.0 if SCALE_DS else sm_scale  # SCALE_DS: dS carries the softmax scale (dK, dQ unscaled)
         if ROWS:
             dp = tl.dot(do, tl.trans(v))
-            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
+            if not DQ_FIRST:
+                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
             if SCALE_DS:
                 ds = (p * (dp * sm_scale - (delta * sm_scale)[:, None])).to(q.dtype)
             else:
                 ds = (p * (dp - delta[:, None])).to(q.dtype)
-            dk = tl.dot(tl.trans(ds), q, dk)
-            dq = tl.dot(ds, k) * dq_scale
+            if DQ_FIRST:  # dQ is waited on at once; dV and dK then stay in flight into the next query tile
+                dq = tl.dot(ds, k) * dq_scale
+                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
+                dk = tl.dot(tl.trans(ds), q, dk)
+            else:
+                dk = tl.dot(tl.trans(ds), q, dk)
+                dq = tl.dot(ds, k) * dq_scale
         else:
-            if REORDER:  # dP first: the dV product then runs while dS is computed
+            if REORDER or DQ_FIRST:  # dP first: the dV product then runs while dS is computed
                 dp_t = tl.dot(v, tl.trans(do))
-                dv = tl.dot(p_t.to(do.dtype), do, dv)
+                if not DQ_FIRST:
+                    dv = tl.dot(p_t.to(do.dtype), do, dv)
             else:
                 dv = tl.dot(p_t.to(do.dtype), do, dv)
                 dp_t = tl.dot(v, tl.trans(do))
@@ -365,8 +389,13 @@ def _dkdv_inner(
                 ds_t = (p_t * (dp_t * sm_scale - (delta * sm_scale)[None, :])).to(q.dtype)
             else:
                 ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-            dk = tl.dot(ds_t, q, dk)
-            dq = tl.dot(tl.trans(ds_t), k) * dq_scale
+            if DQ_FIRST:
+                dq = tl.dot(tl.trans(ds_t), k) * dq_scale
+                dv = tl.dot(p_t.to(do.dtype), do, dv)
+                dk = tl.dot(ds_t, q, dk)
+            else:
+                dk = tl.dot(ds_t, q, dk)
+                dq = tl.dot(tl.trans(ds_t), k) * dq_scale
         if DQ_MODE == 1:
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
@@ -390,7 +419,7 @@ def _bwd_dkdv_kernel(
     Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
     QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, ROWS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+    DQ_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
 
@@ -402,7 +431,8 @@ def _bwd_dkdv_kernel(
     ``REORDER`` issues dP before dV, so that the dV product runs while dS is
     computed; ``SCALE_DS`` folds the softmax scale into dS; ``ROWS`` computes
     P, dS with queries as rows (the row vectors L, D then take 2 registers a
-    thread instead of 16; P and dS are transposed for dV and dK instead of dS for dQ).
+    thread instead of 16; P and dS are transposed for dV and dK instead of dS for dQ); ``DQ_FIRST`` issues
+    the dQ product (waited on at once) before the dV and dK ones, which then run on into the next query tile.
     """
     num_n = tl.cdiv(N_CTX, BLOCK_N)
     pid_n, pid_bh = _tile_order(tl.program_id(0), num_n, tl.num_programs(0) // num_n, HEAD_GROUP)
@@ -428,18 +458,18 @@ def _bwd_dkdv_kernel(
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, ROWS,
+            QDO_TMA, REORDER, SCALE_DS, ROWS, DQ_FIRST,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, ROWS,
+            QDO_TMA, REORDER, SCALE_DS, ROWS, DQ_FIRST,
         )  # fmt: skip
     else:
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, ROWS,
+            QDO_TMA, REORDER, SCALE_DS, ROWS, DQ_FIRST,
         )  # fmt: skip
     if not SCALE_DS:
         dk = dk * sm_scale
