@@ -126,7 +126,6 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
     """
     from analyze.sources import TRACE_KINDS, discover
     from profiler_kit.build import analyze_sources, build_report
-    from profiler_kit.build_memory import load_snapshots, memory_sections
     from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
     from profiler_kit.output import render_report_files, write_files
 
@@ -139,7 +138,10 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
         results = analyze_sources(bar, paths, cache=not no_cache)
     run_dirs = find_run_dirs(paths)
     extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
-    extra += memory_sections(load_snapshots(snapshots), top=top) if snapshots else []
+    if snapshots:
+        from profiler_kit.build_memory import load_snapshots, memory_sections
+
+        extra += memory_sections(load_snapshots(snapshots), top=top)
     rep = build_report(results, top=top, extra=extra)
     files = render_report_files(rep, stem, fmt, html=not no_html)
     echo_written(write_files(out_dir or default_out_dir(paths), files))
