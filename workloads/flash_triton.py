@@ -27,9 +27,11 @@ pays nothing).
   noise of the autotuned two-kernel one, with fewer configs to tune; its dQ
   sums in an unspecified order, so it is not bitwise deterministic. fp32
   inputs and pre-Hopper GPUs use the two-kernel backward. ``BWD_OPTS``
-  switches the dK/dV kernel's structure (head dims up to ``BWD_OPTS_MAX_D``);
-  the defaults load Q and dO tiles by TMA descriptors, issue dP before dV and
-  fold the softmax scale into dS, 4% faster than none of them (run 8).
+  switches the dK/dV kernel's structure (16-bit inputs, head dims up to
+  ``BWD_OPTS_MAX_D``); the defaults load Q and dO tiles by TMA descriptors,
+  fold the softmax scale into dS and start the heads in groups of 4, which
+  with a 168-register cap fits 3 programs per SM: 3.38 ms against 3.66 before
+  run 8 at the leaderboard shape (benchmarks/results/attention/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -116,7 +118,7 @@ def _cfg(bm, bn, warps, stages, maxnreg=None, hook=None):
 
 
 # Candidates for Hopper (H100/H200), the fastest of a screening on an H200 at batch 1, 16 heads, seq 16384,
-# d 64, bf16, causal (benchmarks/attention_variants.py; results/attention/README.md, run 4), best first,
+# d 64, bf16, causal (benchmarks/attention_variants.py; results/attention/README.md, runs 4, 7, 8), best first,
 # plus small 64x64 tiles that fit every head dim. BLOCK_M must be a multiple of BLOCK_N for the forward and
 # dQ (causal diagonal split), and BLOCK_N of BLOCK_M for dK/dV.
 if INTERPRET:
@@ -124,8 +126,15 @@ if INTERPRET:
     DKDV_CONFIGS = [_cfg(16, 32, 4, 1)]
     DQ_CONFIGS = [_cfg(32, 16, 4, 1)]
 else:
-    FWD_CONFIGS = [_cfg(128, 64, 8, 3), _cfg(128, 64, 8, 4), _cfg(128, 64, 4, 4), _cfg(64, 64, 4, 3)]
-    DKDV_CONFIGS = [_cfg(64, 64, 4, 3), _cfg(64, 128, 8, 3), _cfg(128, 128, 8, 2)]
+    FWD_CONFIGS = [
+        _cfg(128, 64, 8, 4, 112),
+        _cfg(128, 64, 8, 3),
+        _cfg(128, 64, 8, 4),
+        _cfg(128, 64, 4, 4),
+        _cfg(64, 64, 4, 3),
+    ]
+    # 64x64 with 2 stages and 168 registers: 3 programs per SM (a few spills; run 8), else 2
+    DKDV_CONFIGS = [_cfg(64, 64, 4, 2, 168), _cfg(64, 64, 4, 3), _cfg(64, 128, 8, 3), _cfg(128, 128, 8, 2)]
     DQ_CONFIGS = [_cfg(128, 64, 4, 3), _cfg(64, 64, 4, 3), _cfg(128, 64, 8, 3)]
 FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice the shared memory
 
@@ -134,7 +143,8 @@ DEFAULT_BWD = "tma"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
-BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": True, "SCALE_DS": True, "ROWS": False, "DQ_FIRST": False}
+# REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
+BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True, "ROWS": False, "DQ_FIRST": False}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
@@ -164,7 +174,7 @@ FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS = map(
 
 
 def _prune(configs, named_args, **kwargs):
-    """Drop tiles much larger than the sequence and, for d=128, the register-hungry ones."""
+    """Drop tiles much larger than the sequence and, for d >= 128, the register-hungry and register-capped ones."""
     n = named_args["N_CTX"]
     d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
     cap = max(16, triton.next_power_of_2(n))
@@ -173,8 +183,9 @@ def _prune(configs, named_args, **kwargs):
     kept = [c for c in configs if c.kwargs["BLOCK_M"] <= cap and c.kwargs["BLOCK_N"] <= cap]
     if kwargs.get("DQ_MODE") == 1:  # fewer, larger query tiles: fewer atomics
         kept = [c for c in kept if c.kwargs["BLOCK_M"] >= 64] or kept
-    if d is not None and d >= 128:
+    if d is not None and d >= 128:  # register caps were tuned at d 64; at d 128 those tiles spill
         kept = [c for c in kept if not (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128 and c.num_warps < 8)]
+        kept = [c for c in kept if not c.maxnreg]
     return kept or configs[-1:]
 
 
@@ -657,8 +668,8 @@ def backward_kernels(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward on contiguous ``(batch*heads, seq, d)`` tensors: ``(dQ, dK, dV)``; configs skip autotuning.
 
-    ``opts`` overrides entries of ``BWD_OPTS`` (the dK/dV kernel's structure switches, which apply to head
-    dims up to ``BWD_OPTS_MAX_D``; larger ones start from all switches off).
+    ``opts`` overrides entries of ``BWD_OPTS`` (the dK/dV kernel's structure switches, which apply to 16-bit
+    inputs with head dims up to ``BWD_OPTS_MAX_D``; others start from all switches off).
     """
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -671,7 +682,8 @@ def backward_kernels(
     mode_id = BWD_MODES[mode]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
     plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
-    opts = {**(BWD_OPTS if d <= BWD_OPTS_MAX_D else plain), **(opts or {})}
+    tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32
+    opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q)
     bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
