@@ -94,7 +94,8 @@ GRIDS = {
         "diag": [((64, 64, 4, 3), {}), ((64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True})],
     },
     # run 8, second call: load order of L/D as before run 8 (fixes the base), queries-as-rows dS ("ROWS"),
-    # 3 programs per SM (2 stages, maxnreg 168), forward launch order again
+    # 3 programs per SM (2 stages, maxnreg 168), forward launch order again. The ROWS and DQ_FIRST rows of
+    # run 8 are gone with those switches (both lost); they ran at commit 7fa6ddf.
     "run8b": {
         "fwd": [(128, 64, 8, 3)],
         "fwd_tma": [],
@@ -107,17 +108,10 @@ GRIDS = {
             ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
             ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True, "HEAD_GROUP": 4}),
             ("tma", (64, 64, 4, 4), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
-            ("tma", (64, 64, 4, 3), {"ROWS": True}),
-            ("tma", (64, 64, 4, 3), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
-            ("tma", (64, 64, 4, 3), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True, "HEAD_GROUP": 4}),
-            ("tma", (64, 64, 4, 4), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
-            ("tma", (64, 64, 4, 2), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
-            ("tma", (64, 64, 4, 2, 168), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True}),
             ("tma", (64, 64, 4, 2, 168), {"QDO_TMA": True, "SCALE_DS": True}),
             ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True}),
             ("tma", (64, 64, 4, 3), {"QDO_TMA": True, "SCALE_DS": True, "REORDER": True}),
         ],
-        "diag": [((64, 64, 4, 3), {"ROWS": True, "QDO_TMA": True, "SCALE_DS": True})],
     },
     # run 8, third call, defaults now QDO_TMA+REORDER+SCALE_DS, HEAD_GROUP 4 (bwd) and 2 (fwd): dQ product
     # first (DQ_FIRST; dV and dK then run on into the next tile), 3 programs per SM, the default twice
@@ -131,11 +125,6 @@ GRIDS = {
         "atomic": [],
         "bwd_opts": [
             ("tma", (64, 64, 4, 2, 168), {"REORDER": False}),
-            ("tma", (64, 64, 4, 3), {"DQ_FIRST": True}),
-            ("tma", (64, 64, 4, 2, 168), {"DQ_FIRST": True}),
-            ("tma", (64, 64, 4, 3), {"ROWS": True, "DQ_FIRST": True}),
-            ("tma", (64, 64, 4, 2), {"ROWS": True, "DQ_FIRST": True}),
-            ("tma", (64, 64, 4, 2, 168), {"ROWS": True, "DQ_FIRST": True}),
             ("tma", (64, 64, 4, 3), {"HEAD_GROUP": 1}),
             ("tma", (64, 64, 4, 3), {}),
         ],

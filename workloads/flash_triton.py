@@ -144,7 +144,7 @@ FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inpu
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
-BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True, "ROWS": False, "DQ_FIRST": False}
+BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
@@ -204,8 +204,6 @@ _KEY_DKDV = [
     "QDO_TMA",
     "REORDER",
     "SCALE_DS",
-    "ROWS",
-    "DQ_FIRST",
 ]
 
 
@@ -338,8 +336,7 @@ def _dkdv_inner(
     dk, dv, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base, offs_n, offs_d, lo, hi,
     N_CTX, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, ROWS: tl.constexpr,
-    DQ_FIRST: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -354,14 +351,9 @@ def _dkdv_inner(
             lse = tl.load(l_base + offs_m) * 1.4426950408889634
         else:
             lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
-        if ROWS:  # queries as rows: P, dP, dS are (BLOCK_M, BLOCK_N), L and D two registers a thread
-            p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])
-            if MASK:
-                p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
-        else:  # keys as rows: P^T, dP^T, dS^T are (BLOCK_N, BLOCK_M), as dV and dK's products want them
-            p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])
-            if MASK:
-                p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        if MASK:
+            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         if QDO_TMA:
             do = do_desc.load([row0 + start_m, 0])
         elif EVEN:
@@ -372,41 +364,19 @@ def _dkdv_inner(
             delta = tl.load(d_base + offs_m)
         else:
             delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-        dq_scale = 1.0 if SCALE_DS else sm_scale  # SCALE_DS: dS carries the softmax scale (dK, dQ unscaled)
-        if ROWS:
-            dp = tl.dot(do, tl.trans(v))
-            if not DQ_FIRST:
-                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
-            if SCALE_DS:
-                ds = (p * (dp * sm_scale - (delta * sm_scale)[:, None])).to(q.dtype)
-            else:
-                ds = (p * (dp - delta[:, None])).to(q.dtype)
-            if DQ_FIRST:  # dQ is waited on at once; dV and dK then stay in flight into the next query tile
-                dq = tl.dot(ds, k) * dq_scale
-                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
-                dk = tl.dot(tl.trans(ds), q, dk)
-            else:
-                dk = tl.dot(tl.trans(ds), q, dk)
-                dq = tl.dot(ds, k) * dq_scale
+        if REORDER:  # dP first: the dV product then runs while dS is computed
+            dp_t = tl.dot(v, tl.trans(do))
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
         else:
-            if REORDER or DQ_FIRST:  # dP first: the dV product then runs while dS is computed
-                dp_t = tl.dot(v, tl.trans(do))
-                if not DQ_FIRST:
-                    dv = tl.dot(p_t.to(do.dtype), do, dv)
-            else:
-                dv = tl.dot(p_t.to(do.dtype), do, dv)
-                dp_t = tl.dot(v, tl.trans(do))
-            if SCALE_DS:
-                ds_t = (p_t * (dp_t * sm_scale - (delta * sm_scale)[None, :])).to(q.dtype)
-            else:
-                ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-            if DQ_FIRST:
-                dq = tl.dot(tl.trans(ds_t), k) * dq_scale
-                dv = tl.dot(p_t.to(do.dtype), do, dv)
-                dk = tl.dot(ds_t, q, dk)
-            else:
-                dk = tl.dot(ds_t, q, dk)
-                dq = tl.dot(tl.trans(ds_t), k) * dq_scale
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
+            dp_t = tl.dot(v, tl.trans(do))
+        if SCALE_DS:  # dS carries the softmax scale, so dK and dQ need no scaling afterwards
+            ds_t = (p_t * (dp_t * sm_scale - (delta * sm_scale)[None, :])).to(q.dtype)
+        else:
+            ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk)
+        if DQ_MODE:
+            dq = tl.dot(tl.trans(ds_t), k) * (1.0 if SCALE_DS else sm_scale)
         if DQ_MODE == 1:
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
@@ -429,8 +399,8 @@ def _dkdv_inner(
 def _bwd_dkdv_kernel(
     Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, ROWS: tl.constexpr,
-    DQ_FIRST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
 
@@ -440,10 +410,9 @@ def _bwd_dkdv_kernel(
     Structure switches (``BWD_OPTS``): ``HEAD_GROUP`` launch order (``_tile_order``;
     with causal masking key tile 0 sees the most queries); ``QDO_TMA`` Q and dO tiles through ``Q_DESC``/``DO_DESC``;
     ``REORDER`` issues dP before dV, so that the dV product runs while dS is
-    computed; ``SCALE_DS`` folds the softmax scale into dS; ``ROWS`` computes
-    P, dS with queries as rows (the row vectors L, D then take 2 registers a
-    thread instead of 16; P and dS are transposed for dV and dK instead of dS for dQ); ``DQ_FIRST`` issues
-    the dQ product (waited on at once) before the dV and dK ones, which then run on into the next query tile.
+    computed; ``SCALE_DS`` folds the softmax scale into dS. Run 8 also screened
+    queries-as-rows P/dS and issuing the dQ product first; both lost and were
+    removed (they live at commit 7fa6ddf).
     """
     num_n = tl.cdiv(N_CTX, BLOCK_N)
     pid_n, pid_bh = _tile_order(tl.program_id(0), num_n, tl.num_programs(0) // num_n, HEAD_GROUP)
@@ -469,18 +438,18 @@ def _bwd_dkdv_kernel(
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, ROWS, DQ_FIRST,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, ROWS, DQ_FIRST,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
     else:
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, ROWS, DQ_FIRST,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
     if not SCALE_DS:
         dk = dk * sm_scale
