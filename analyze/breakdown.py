@@ -15,6 +15,7 @@ from pandas.api.types import union_categoricals
 from analyze.intervals import union_length
 from analyze.projection import (
     count_distinct,
+    first_appearance_codes,
     launches,
     positions,
     project_nvtx,
@@ -119,26 +120,23 @@ def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame
     codes, duration = names.codes[kern].astype(np.int64), ops["duration_ns"].to_numpy()[kern]
     known = codes >= 0  # a missing name forms no group, as in groupby
     kern, codes, duration = kern[known], codes[known], duration[known]
-    # Groups on category codes, listed in order of first appearance (as groupby(sort=False)).
-    n = len(names.categories)
-    first = np.full(n, len(codes))
-    np.minimum.at(first, codes, np.arange(len(codes)))
-    groups = np.flatnonzero(first < len(codes))
-    groups = groups[np.argsort(first[groups], kind="stable")]
-    count, total = np.bincount(codes, minlength=n)[groups], sum_by(codes, duration, n)[groups]
+    # Groups listed in order of first appearance (as groupby(sort=False)).
+    group, first = first_appearance_codes(codes, len(names.categories))
+    n = len(first)
+    count, total = np.bincount(group, minlength=n), sum_by(group, duration, n)
     low, high = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
-    np.minimum.at(low, codes, duration)
-    np.maximum.at(high, codes, duration)
-    index = pd.CategoricalIndex(pd.Categorical.from_codes(groups, dtype=names.dtype), name="name")
-    category = pd.Categorical(ops["category"])[kern[first[groups]]]  # the first kernel's category
+    np.minimum.at(low, group, duration)
+    np.maximum.at(high, group, duration)
+    index = pd.CategoricalIndex(pd.Categorical.from_codes(codes[first], dtype=names.dtype), name="name")
+    category = pd.Categorical(ops["category"])[kern[first]]  # the first kernel's category
     out = pd.DataFrame(
         {
             "category": pd.Series(np.asarray(category), index=index).astype(str),
             "count": count,
             "total_ns": total,
             "avg_ns": total / count,
-            "min_ns": low[groups],
-            "max_ns": high[groups],
+            "min_ns": low,
+            "max_ns": high,
         },
         index=index,
     )
@@ -280,10 +278,11 @@ def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
     kern = np.flatnonzero(attributed["is_kernel"].to_numpy(dtype=bool))
     ranges, kernels = pd.Categorical(attributed["range"])[kern], pd.Categorical(attributed["name"])[kern]
     # One integer per (range, kernel) pair, numbered in order of first appearance (as groupby(sort=False)).
-    pair, _ = pd.factorize(ranges.codes.astype(np.int64) * len(kernels.categories) + kernels.codes)
-    n = pair.max() + 1 if len(pair) else 0
-    first = np.full(n, len(pair))
-    np.minimum.at(first, pair, np.arange(len(pair)))  # first row of each pair
+    # Codes are -1 for a missing name, hence the + 1s.
+    width = len(kernels.categories) + 1
+    key = (ranges.codes.astype(np.int64) + 1) * width + (kernels.codes + 1)
+    pair, first = first_appearance_codes(key, (len(ranges.categories) + 1) * width)  # first: first row of each
+    n = len(first)
     out = pd.DataFrame(
         {
             "range": ranges[first],
@@ -371,21 +370,22 @@ def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
     """Every breakdown of one trace, by name: the entry point for notebooks and reports."""
     ops = gpu_ops(trace)
     launched = launches(ops, trace.runtime)
+    summary = summarize_trace(trace, ops, launched)  # first: its sorts run before the (range, op) tables exist
     slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
     attributed = project_nvtx(trace.nvtx, slim, launched)
-    categories = summarize_categories(ops)
-    projection = summarize_projection(trace.nvtx, attributed)
-    kernel_time = range_kernel_time(trace.nvtx, attributed)
     phases = phase_ranges(trace.nvtx)
     window = project_nvtx(phases, slim, launched, any_thread=True)
+    del launched  # 5 columns per GPU op that nothing below uses: free them before the summaries
+    projection = summarize_projection(trace.nvtx, attributed)
+    kernel_time = range_kernel_time(trace.nvtx, attributed)
     return {
         "phases": summarize_phases(phases, attributed, window),
         "phase_kernels": summarize_range_kernels(window),
         "phase_categories": summarize_ranges(phases, window, summarize_projection(phases, window)),
         "ops": ops,
-        "summary": summarize_trace(trace, ops, launched),
+        "summary": summary,
         "kernels": summarize_kernels(ops),
-        "categories": categories,
+        "categories": summarize_categories(ops),
         "attributed": attributed,
         "ranges": summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
         "range_groups": summarize_ranges(

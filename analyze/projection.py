@@ -91,10 +91,16 @@ def first_row_by_table(keys: np.ndarray, wanted: np.ndarray, size: int) -> np.nd
 
 
 def first_row_by_sort(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """``first_row_of_key`` through a sort of the keys."""
-    uniq, first = np.unique(keys, return_index=True)
-    pos = np.searchsorted(uniq, wanted).clip(max=len(uniq) - 1)
-    return np.where(uniq[pos] == wanted, first[pos], -1)
+    """``first_row_of_key`` through a sort of the keys.
+
+    A stable sort keeps the rows of equal keys in row order, so the leftmost match
+    (``searchsorted``) is the first row. Correlation ids mostly rise with the rows,
+    which the stable sort (timsort) takes in near-linear time.
+    """
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.searchsorted(sorted_keys, wanted).clip(max=len(keys) - 1)
+    return np.where(sorted_keys[pos] == wanted, order[pos], -1)
 
 
 def attribute(ranges: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:
@@ -131,6 +137,8 @@ def enclosed_launches(
     order = np.lexsort((launched["launch_start_ns"].to_numpy(), launch_thread))
     launch_thread = launch_thread[order]
     launch_start = launched["launch_start_ns"].to_numpy()[order]
+    launch_end = launched["launch_end_ns"].to_numpy()[order]
+    launch_op = launched["op_row"].to_numpy()[order]
     # Ranges by thread, threads in order of their first range (as groupby(sort=False)), rows in order.
     thread, threads = pd.factorize(range_thread)
     by_thread = np.argsort(thread, kind="stable")
@@ -138,14 +146,22 @@ def enclosed_launches(
     start, end = ranges["start_ns"].to_numpy()[rows], ranges["end_ns"].to_numpy()[rows]
     lo, hi = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
     cut = np.searchsorted(thread, np.arange(len(threads) + 1))  # ranges of thread t: cut[t]:cut[t + 1]
+    ends_sorted = True  # within every thread: then the launches that end in time are a prefix of the slice
     for t, key in enumerate(threads):
         mine = slice(cut[t], cut[t + 1])
         first, last = np.searchsorted(launch_thread, key, "left"), np.searchsorted(launch_thread, key, "right")
         lo[mine] = first + np.searchsorted(launch_start[first:last], start[mine], side="left")
         hi[mine] = first + np.searchsorted(launch_start[first:last], end[mine], side="right")
+        ends = launch_end[first:last]
+        if (ends[1:] >= ends[:-1]).all():  # calls of one thread run one after another: the usual case
+            hi[mine] = np.minimum(hi[mine], first + np.searchsorted(ends, end[mine], side="right"))
+        else:
+            ends_sorted = False
     owner, candidate = expand_slices(lo, hi)
-    keep = launched["launch_end_ns"].to_numpy()[order[candidate]] <= end[owner]
-    return rows[owner[keep]], launched["op_row"].to_numpy()[order[candidate[keep]]]
+    if not ends_sorted:  # check each candidate's end
+        keep = launch_end[candidate] <= end[owner]
+        owner, candidate = owner[keep], candidate[keep]
+    return rows[owner], launch_op[candidate]
 
 
 def thread_keys(*tables: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
@@ -201,15 +217,20 @@ def range_label_codes(ranges: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     return label_code[pair_code], labels
 
 
-def used_categories(codes: np.ndarray, categories: pd.Index) -> pd.Categorical:
-    """``Categorical.from_codes(codes, categories).remove_unused_categories()`` in linear time.
+def pair_labels(codes: np.ndarray, labels: pd.Index, pos: np.ndarray) -> pd.Categorical:
+    """The labels of ranges ``pos`` (``codes`` of each range into ``labels``), a categorical of the labels used.
 
-    (pandas finds the used codes by hashing, ~0.1 s on 1.5M codes; a bincount does it in a few ms.)
+    As ``Categorical.from_codes(codes[pos], labels).remove_unused_categories()``, but
+    renumbered once per range and gathered in the categorical's own small dtype: pandas
+    finds the used codes by hashing, ~0.1 s on 1.5M pairs.
     """
-    known = codes >= 0  # -1: missing
-    used = np.bincount(codes[known], minlength=len(categories)) > 0
-    renumber = np.cumsum(used) - 1
-    return pd.Categorical.from_codes(np.where(known, renumber[codes], -1), categories=categories[used])
+    in_pairs = np.zeros(len(codes), dtype=bool)
+    in_pairs[pos] = True
+    used = np.zeros(len(labels), dtype=bool)
+    used[codes[in_pairs & (codes >= 0)]] = True
+    small = np.int8 if used.sum() < 127 else np.int16 if used.sum() < 32767 else np.int32
+    renumbered = np.where(codes >= 0, (np.cumsum(used) - 1)[codes], -1).astype(small)  # code -1: missing
+    return pd.Categorical.from_codes(renumbered[pos], categories=labels[used])
 
 
 def positions(index: pd.Index, labels: np.ndarray) -> np.ndarray:
@@ -259,7 +280,7 @@ def project_nvtx(
     codes, labels = range_label_codes(ranges)
     columns = {
         "range_row": ranges.index.to_numpy()[pos],
-        "range": used_categories(codes[pos], labels),
+        "range": pair_labels(codes, labels, pos),
         "op_row": op_rows,
     }
     columns.update({c: take_rows(ops[c], op_rows) for c in ops.columns})
@@ -315,6 +336,24 @@ def summarize_projection(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.D
     )
 
 
+def first_appearance_codes(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of integer keys in 0..size-1, numbered in order of first appearance (as ``pd.factorize``), and each code's first row.
+
+    Keys over a small range go through a table of ``size`` slots: pandas hashes each key
+    (~25 ns a key, 40 ms on 1.5M (range, kernel) pairs). Wider keys are hashed first.
+    """
+    if size > 4 * len(keys) + 1024:
+        keys = pd.factorize(keys)[0]  # codes by first appearance already; the table below is then small
+        size = int(keys.max()) + 1 if len(keys) else 0
+    first = np.full(size, len(keys))
+    np.minimum.at(first, keys, np.arange(len(keys)))
+    seen = np.flatnonzero(first < len(keys))
+    seen = seen[np.argsort(first[seen], kind="stable")]  # the keys present, in order of first appearance
+    renumber = np.zeros(size, dtype=np.int64)
+    renumber[seen] = np.arange(len(seen))
+    return renumber[keys], first[seen]
+
+
 def sum_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Integer sums of ``values`` per group code 0..n-1 (np.add.at stays int64-exact; bincount weights are float)."""
     out = np.zeros(n, dtype=np.int64)
@@ -325,17 +364,19 @@ def sum_by(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Number of distinct ``values`` per group code 0..n-1 (a fast ``groupby(codes).nunique()`` on integers).
 
-    Each (code, value) pair becomes one int64, ``code * width + value``, so one sort finds the distinct pairs
-    (np.sort, not np.unique: numpy 2.4's np.unique hashes and is ~50x slower on a million keys).
+    Each (code, value) pair becomes one integer, ``code * width + value``, so one sort finds the distinct pairs
+    (np.sort, not np.unique: numpy 2.4's np.unique hashes and is ~50x slower on a million keys). The keys
+    are int32 when they fit (row numbers and ids of one trace mostly do): half the memory, a faster sort.
     """
     if len(values) == 0:
         return np.zeros(n, dtype=np.int64)
     values = np.asarray(values, dtype=np.int64)
     low = int(values.min())
     width = int(values.max()) - low + 1
-    keys = codes.astype(np.int64) * width
-    keys += values
-    keys -= low
+    dtype = np.int32 if n * width < 2**31 else np.int64
+    keys = codes.astype(dtype)
+    keys *= width
+    keys += (values - low).astype(dtype)
     if not (keys[1:] >= keys[:-1]).all():  # pairs often come sorted already (one thread, ids rising)
         keys = np.sort(keys)
     distinct = keys[np.r_[True, keys[1:] != keys[:-1]]]

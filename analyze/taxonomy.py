@@ -61,9 +61,10 @@ def classify_kernels(kernels: pd.DataFrame, name_column: str = "demangled_name")
     names = kernels[name_column].astype("category")
     labels = [classify_name(str(n)) for n in names.cat.categories]
     codes = names.cat.codes.to_numpy()
-    cat_codes = np.array([CATEGORIES.index(c) for c, _ in labels] + [CATEGORIES.index(OTHER[0])], dtype=np.int64)
+    # Codes per distinct name in int8 (at most a few dozen categories), so the per-kernel arrays are small.
+    cat_codes = np.array([CATEGORIES.index(c) for c, _ in labels] + [CATEGORIES.index(OTHER[0])], dtype=np.int8)
     subs = pd.Index(sorted({s for _, s in labels} | {OTHER[1]}))
-    sub_codes = np.array([subs.get_loc(s) for _, s in labels] + [subs.get_loc(OTHER[1])], dtype=np.int64)
+    sub_codes = np.array([subs.get_loc(s) for _, s in labels] + [subs.get_loc(OTHER[1])], dtype=np.int8)
     return kernels.assign(  # code -1 (a missing name) lands on the appended "other" entry
         category=pd.Categorical.from_codes(cat_codes[codes], categories=CATEGORIES),
         subcategory=pd.Categorical.from_codes(sub_codes[codes], categories=subs),
@@ -72,7 +73,8 @@ def classify_kernels(kernels: pd.DataFrame, name_column: str = "demangled_name")
 
 def classify_memops(memops: pd.DataFrame) -> pd.DataFrame:
     """Memcpy and memset operations are category "memory", subcategory their kind."""
-    out = memops.copy()
-    out["category"] = pd.Categorical(["memory"] * len(out), categories=CATEGORIES)
-    out["subcategory"] = out["kind"].astype(str).astype("category")
-    return out
+    memory = np.full(len(memops), CATEGORIES.index("memory"), dtype=np.int8)
+    return memops.assign(
+        category=pd.Categorical.from_codes(memory, categories=CATEGORIES),
+        subcategory=memops["kind"].astype(str).astype("category"),
+    )

@@ -107,8 +107,17 @@ def reference_pairs(ranges: pd.DataFrame, launched: pd.DataFrame, any_thread: bo
     return pairs
 
 
-@pytest.mark.parametrize("any_thread, first_tid", [(False, 10), (True, 10), (False, 2**40)])  # 2**40: not packed
-def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid):
+@pytest.mark.parametrize(
+    "any_thread, first_tid, duration",
+    [
+        (False, 10, None),  # calls of random length: each candidate's end is checked
+        (True, 10, None),
+        (False, 2**40, None),  # thread ids too large to pack: numbered
+        (False, 10, 30),  # calls of one length end in start order: ends found by searchsorted
+        (True, 10, 30),
+    ],
+)
+def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid, duration):
     rng = np.random.default_rng(7)
     n_launches, n_ranges = 400, 60
     start = rng.integers(0, 5_000, n_launches)
@@ -119,7 +128,7 @@ def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid):
             "pid": rng.integers(1, 3, n_launches),
             "tid": first_tid + rng.integers(0, 3, n_launches),
             "launch_start_ns": start,
-            "launch_end_ns": start + rng.integers(0, 30, n_launches),
+            "launch_end_ns": start + (rng.integers(0, 30, n_launches) if duration is None else duration),
         }
     )
     range_start = rng.integers(0, 5_000, n_ranges)
@@ -150,3 +159,23 @@ def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid):
 def test_positions_are_get_indexer(index):
     labels = np.array([0, 3, 5, 7, 8, 9, 20, 41, 49, 50, 10**12, -1, 10**13])
     assert (projection.positions(index, labels) == index.get_indexer(labels)).all()
+
+
+def test_pair_labels_is_from_codes_without_unused_categories():
+    labels = pd.Index(["a", "b", "c", "d"])
+    codes = np.array([3, 1, -1, 3, 0])  # label of each range; -1: a range without a name
+    pos = np.array([0, 2, 3, 3, 1])  # range of each pair
+    expected = pd.Categorical.from_codes(codes[pos], categories=labels).remove_unused_categories()
+    pd.testing.assert_series_equal(pd.Series(projection.pair_labels(codes, labels, pos)), pd.Series(expected))
+
+
+@pytest.mark.parametrize("size", [40, 10**9])  # a table of slots; keys too wide for one (hashed first)
+def test_first_appearance_codes_are_factorize(size):
+    rng = np.random.default_rng(size)
+    keys = rng.choice(rng.integers(0, size, 12), 500)
+    codes, first = projection.first_appearance_codes(keys, size)
+    expected, uniques = pd.factorize(keys)
+    assert (codes == expected).all()
+    assert (keys[first] == uniques).all() and all(
+        np.flatnonzero(keys == u)[0] == f for u, f in zip(uniques, first, strict=True)
+    )
