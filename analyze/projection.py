@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.intervals import interval_union
+
 # The (pid, correlation id) join looks ids up in a table when it would hold at most this many
 # slots per runtime row (16 int32 slots: 64 bytes, about a runtime row's own size); else it sorts.
 DENSE_SLOTS_PER_KEY = 16
@@ -130,15 +132,26 @@ def enclosed_launches(
     def tid(df: pd.DataFrame) -> np.ndarray:
         return np.zeros(len(df), dtype=np.int64) if any_thread else df["tid"].to_numpy()
 
+    columns = ("pid", "launch_start_ns", "launch_end_ns", "op_row")
+    launch = {c: launched[c].to_numpy() for c in columns} | {"tid": tid(launched)}
+    # Only a launch that starts inside some range can pair with one. Phase ranges cover a small part of
+    # the trace: dropping the other launches before the sort makes their projection several times cheaper
+    # (ranges that cover most of it keep most launches, and copying those would cost more than it saves).
+    union_start, union_end = interval_union(
+        ranges["start_ns"].to_numpy()[eligible], ranges["end_ns"].to_numpy()[eligible]
+    )
+    launch_start = launch["launch_start_ns"]
+    if (union_end - union_start).sum() < (launch_start.max() - launch_start.min()) / 2:
+        inside = in_union(launch_start, union_start, union_end)
+        launch = {c: values[inside] for c, values in launch.items()}
     range_thread, launch_thread = thread_keys(
-        (ranges["pid"].to_numpy()[eligible], tid(ranges)[eligible]), (launched["pid"].to_numpy(), tid(launched))
+        (ranges["pid"].to_numpy()[eligible], tid(ranges)[eligible]), (launch["pid"], launch["tid"])
     )
     # Launches by thread, each thread's by start (lexsort is stable: equal starts keep the ops' order).
-    order = np.lexsort((launched["launch_start_ns"].to_numpy(), launch_thread))
+    order = np.lexsort((launch["launch_start_ns"], launch_thread))
     launch_thread = launch_thread[order]
-    launch_start = launched["launch_start_ns"].to_numpy()[order]
-    launch_end = launched["launch_end_ns"].to_numpy()[order]
-    launch_op = launched["op_row"].to_numpy()[order]
+    launch_start, launch_end = launch["launch_start_ns"][order], launch["launch_end_ns"][order]
+    launch_op = launch["op_row"][order]
     # Ranges by thread, threads in order of their first range (as groupby(sort=False)), rows in order.
     thread, threads = pd.factorize(range_thread)
     by_thread = np.argsort(thread, kind="stable")
@@ -162,6 +175,12 @@ def enclosed_launches(
         keep = launch_end[candidate] <= end[owner]
         owner, candidate = owner[keep], candidate[keep]
     return rows[owner], launch_op[candidate]
+
+
+def in_union(points: np.ndarray, union_start: np.ndarray, union_end: np.ndarray) -> np.ndarray:
+    """Which ``points`` lie in a closed interval [start, end] of a union (``interval_union``'s output)."""
+    last = np.searchsorted(union_start, points, side="right") - 1  # the interval starting at or before
+    return (last >= 0) & (points <= union_end[np.maximum(last, 0)])
 
 
 def thread_keys(*tables: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
@@ -367,6 +386,7 @@ def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     Each (code, value) pair becomes one integer, ``code * width + value``, so one sort finds the distinct pairs
     (np.sort, not np.unique: numpy 2.4's np.unique hashes and is ~50x slower on a million keys). The keys
     are int32 when they fit (row numbers and ids of one trace mostly do): half the memory, a faster sort.
+    When there are few possible pairs, a table of them replaces the sort.
     """
     if len(values) == 0:
         return np.zeros(n, dtype=np.int64)
@@ -376,8 +396,14 @@ def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     dtype = np.int32 if n * width < 2**31 else np.int64
     keys = codes.astype(dtype)
     keys *= width
-    keys += (values - low).astype(dtype)
+    keys += (values - low).astype(dtype, copy=False)
+    if n * width <= 4 * len(keys):  # few possible pairs (ranges x kernel names): mark them in a table, no sort
+        seen = np.zeros(n * width, dtype=bool)
+        seen[keys] = True
+        return seen.reshape(n, width).sum(axis=1)
     if not (keys[1:] >= keys[:-1]).all():  # pairs often come sorted already (one thread, ids rising)
-        keys = np.sort(keys)
-    distinct = keys[np.r_[True, keys[1:] != keys[:-1]]]
-    return np.bincount(distinct // width, minlength=n)
+        keys.sort()
+    first = np.empty(len(keys), dtype=bool)  # first of its run of equal keys: a distinct (code, value)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    return np.bincount(keys[first] // width, minlength=n)

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import analyze.projection as projection
+from analyze.intervals import interval_union
 from analyze.projection import enclosed_launches, first_row_by_sort, first_row_by_table, launches
 
 
@@ -83,21 +84,22 @@ def reference_launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> tuple[list[i
 
 
 def reference_pairs(ranges: pd.DataFrame, launched: pd.DataFrame, any_thread: bool) -> list[tuple[int, int]]:
-    """Pairs by thread (first range first), range row, then launch start (ties: launch row order)."""
+    """Pairs by thread (in order of their first projected range), range row, then launch start (ties: launch row order)."""
     thread = (
         (lambda df: list(zip(df["pid"], [0] * len(df), strict=True)))
         if any_thread
         else (lambda df: list(zip(df["pid"], df["tid"], strict=True)))
     )
     range_thread, launch_thread = thread(ranges), thread(launched)
-    threads = list(dict.fromkeys(range_thread))
+    eligible = [any_thread or end_tid < 0 for end_tid in ranges["end_tid"]]
+    threads = list(dict.fromkeys(t for t, ok in zip(range_thread, eligible, strict=True) if ok))  # by first range
     pairs = []
     for t in threads:
         mine = sorted(
             (i for i in range(len(launched)) if launch_thread[i] == t), key=lambda i: launched["launch_start_ns"][i]
         )
         for r in range(len(ranges)):
-            if range_thread[r] != t or (not any_thread and ranges["end_tid"][r] >= 0):
+            if range_thread[r] != t or not eligible[r]:
                 continue
             for i in mine:
                 inside = ranges["start_ns"][r] <= launched["launch_start_ns"][i]
@@ -108,18 +110,20 @@ def reference_pairs(ranges: pd.DataFrame, launched: pd.DataFrame, any_thread: bo
 
 
 @pytest.mark.parametrize(
-    "any_thread, first_tid, duration",
+    "any_thread, first_tid, duration, longest",
     [
-        (False, 10, None),  # calls of random length: each candidate's end is checked
-        (True, 10, None),
-        (False, 2**40, None),  # thread ids too large to pack: numbered
-        (False, 10, 30),  # calls of one length end in start order: ends found by searchsorted
-        (True, 10, 30),
+        (False, 10, None, 2_000),  # calls of random length: each candidate's end is checked
+        (True, 10, None, 2_000),
+        (False, 2**40, None, 2_000),  # thread ids too large to pack: numbered
+        (False, 10, 30, 2_000),  # calls of one length end in start order: ends found by searchsorted
+        (True, 10, 30, 2_000),
+        (False, 10, None, 150),  # short ranges cover little of the trace: launches outside all are dropped first
+        (True, 10, 30, 150),
     ],
 )
-def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid, duration):
+def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid, duration, longest):
     rng = np.random.default_rng(7)
-    n_launches, n_ranges = 400, 60
+    n_launches, n_ranges = 2_000, 60 if longest > 1_000 else 20
     start = rng.integers(0, 5_000, n_launches)
     start[:40] = start[40:80]  # equal launch starts keep the launches' order
     launched = pd.DataFrame(
@@ -135,7 +139,7 @@ def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid, durat
     ranges = pd.DataFrame(
         {
             "start_ns": range_start,
-            "end_ns": range_start + rng.integers(0, 2_000, n_ranges),
+            "end_ns": range_start + rng.integers(0, longest, n_ranges),
             "pid": rng.integers(1, 3, n_ranges),
             "tid": first_tid + rng.integers(0, 4, n_ranges),  # the 4th thread launched nothing
             "end_tid": np.where(rng.random(n_ranges) < 0.1, first_tid, -1),  # some closed on another thread
@@ -144,7 +148,10 @@ def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid, durat
     pos, op_rows = enclosed_launches(ranges, launched, any_thread)
     expected = reference_pairs(ranges, launched, any_thread)
     assert list(zip(pos.tolist(), op_rows.tolist(), strict=True)) == expected
-    assert len(expected) > 100
+    assert len(expected) > (100 if longest > 1_000 else 20)
+    union_start, union_end = interval_union(ranges["start_ns"], ranges["end_ns"])
+    covers_little = (union_end - union_start).sum() < np.ptp(launched["launch_start_ns"]) / 2
+    assert covers_little == (longest < 1_000)  # the cases above take both ways
 
 
 @pytest.mark.parametrize(
