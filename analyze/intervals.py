@@ -35,9 +35,20 @@ def interval_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total time covered by at least one interval, ns."""
-    s, e = interval_union(starts, ends)
-    return int((e - s).sum())
+    """Total time covered by at least one interval, ns.
+
+    With every end >= its start (see ``interval_union``): the span from the first start
+    to the last end, less the gaps, each where the i-th smallest start lies after the
+    i smallest ends. No interval of the union is built.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    if len(starts) == 0 or not (ends >= starts).all():
+        s, e = interval_union(starts, ends)
+        return int((e - s).sum())
+    s, e = np.sort(starts), np.sort(ends)
+    gaps = s[1:] - e[:-1]
+    return int(e[-1] - s[0] - gaps[gaps > 0].sum())
 
 
 def intersection_length(a_starts, a_ends, b_starts, b_ends) -> int:

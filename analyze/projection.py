@@ -170,11 +170,12 @@ def enclosed_launches(
             hi[mine] = np.minimum(hi[mine], first + np.searchsorted(ends, end[mine], side="right"))
         else:
             ends_sorted = False
-    owner, candidate = expand_slices(lo, hi)
+    candidate, counts = expand_slices(lo, hi)
+    pos = np.repeat(rows, counts)
     if not ends_sorted:  # check each candidate's end
-        keep = launch_end[candidate] <= end[owner]
-        owner, candidate = owner[keep], candidate[keep]
-    return rows[owner], launch_op[candidate]
+        keep = launch_end[candidate] <= np.repeat(end, counts)
+        pos, candidate = pos[keep], candidate[keep]
+    return pos, launch_op[candidate]
 
 
 def in_union(points: np.ndarray, union_start: np.ndarray, union_end: np.ndarray) -> np.ndarray:
@@ -198,13 +199,15 @@ def thread_keys(*tables: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
 
 
 def expand_slices(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every (k, i) with lo[k] <= i < hi[k], in order of k then i, as two arrays."""
+    """Every i with lo[k] <= i < hi[k], in order of k then i, and the count of each slice k.
+
+    ``np.repeat(x, counts)`` gives the ``x[k]`` of each i.
+    """
     counts = np.maximum(hi - lo, 0)
-    owner = np.repeat(np.arange(len(lo)), counts)
     # i = lo[k] + (rank of the pair within its slice) = lo[k] - (pairs before slice k) + (rank of the pair)
     index = np.repeat(lo - (np.cumsum(counts) - counts), counts)
     index += np.arange(len(index))
-    return owner, index
+    return index, counts
 
 
 def range_label(ranges: pd.DataFrame) -> pd.Series:

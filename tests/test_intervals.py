@@ -35,3 +35,4 @@ def test_union_with_an_end_before_its_start_still_sweeps():
     # not a valid interval; the sweep keeps the old answer rather than the sorted-apart shortcut
     s, e = interval_union(np.array([10, 0]), np.array([5, 20]))
     assert s.tolist() == [0] and e.tolist() == [20]
+    assert union_length(np.array([10, 0]), np.array([5, 20])) == 20
