@@ -87,6 +87,34 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float, int]:
     return wall, peak_kib / 1024, rc
 
 
+STAGES = """
+import sys, time
+from pathlib import Path
+marks = [time.perf_counter()]
+from analyze.breakdown import analyze_trace
+from analyze.sources import Source, read_trace
+from profiler_kit.build import TraceResult, build_report
+from profiler_kit.output import render_report_files
+marks.append(time.perf_counter())
+trace = read_trace(Source(Path(sys.argv[1]), "nsys-sqlite"), details=False, cache=True)
+marks.append(time.perf_counter())
+tables = analyze_trace(trace)
+marks.append(time.perf_counter())
+report = build_report([TraceResult("big", sys.argv[1], trace.meta, tables)])
+marks.append(time.perf_counter())
+render_report_files(report, "report")
+marks.append(time.perf_counter())
+print(" ".join(f"{b - a:.3f}" for a, b in zip(marks, marks[1:])))
+"""
+STAGE_NAMES = ("imports", "read (Arrow cache)", "analyze_trace", "build_report", "render md + html")
+
+
+def stage_times(big: Path, cwd: Path) -> dict[str, float]:
+    """Seconds per stage of a cached report, timed inside one fresh process (no CLI, no file writes)."""
+    out = subprocess.run([sys.executable, "-c", STAGES, str(big)], cwd=cwd, capture_output=True, text=True, check=True)
+    return dict(zip(STAGE_NAMES, (float(v) for v in out.stdout.split()), strict=True))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("export", type=Path)
@@ -108,6 +136,8 @@ def main() -> None:
     }
     for label, (wall, peak, _) in ours.items():
         print(f"profiler-kit report (md + html), {label}: {wall:.1f} s, peak RSS {peak:.0f} MiB")
+    stages = stage_times(big, root)
+    print("stages of a cached report, in-process: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
     if args.skip_nsys or shutil.which("nsys") is None:
         print("nsys not run")
         return
