@@ -7,6 +7,7 @@ are fractions (0..1) in ``*_frac`` columns.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 import numpy as np
 import pandas as pd
@@ -366,8 +367,28 @@ def summarize_phases(phases: pd.DataFrame, attributed: pd.DataFrame, window: pd.
     ).reset_index()[PHASE_COLUMNS]
 
 
-def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
-    """Every breakdown of one trace, by name: the entry point for notebooks and reports."""
+TABLES = (
+    "phases",
+    "phase_kernels",
+    "phase_categories",
+    "ops",
+    "summary",
+    "kernels",
+    "categories",
+    "attributed",
+    "ranges",
+    "range_groups",
+    "range_kernels",
+    "projection",
+)
+
+
+def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, pd.DataFrame]:
+    """Every breakdown of one trace, by name: the entry point for notebooks and reports.
+
+    ``tables`` names the ones to return (all of TABLES by default): a report skips the
+    tables it never shows, such as range_kernels (0.1 s on a million kernels).
+    """
     ops = gpu_ops(trace)
     launched = launches(ops, trace.runtime)
     summary = summarize_trace(trace, ops, launched)  # first: its sorts run before the (range, op) tables exist
@@ -378,19 +399,20 @@ def analyze_trace(trace: Trace) -> dict[str, pd.DataFrame]:
     del launched  # 5 columns per GPU op that nothing below uses: free them before the summaries
     projection = summarize_projection(trace.nvtx, attributed)
     kernel_time = range_kernel_time(trace.nvtx, attributed)
-    return {
-        "phases": summarize_phases(phases, attributed, window),
-        "phase_kernels": summarize_range_kernels(window),
-        "phase_categories": summarize_ranges(phases, window, summarize_projection(phases, window)),
-        "ops": ops,
-        "summary": summary,
-        "kernels": summarize_kernels(ops),
-        "categories": summarize_categories(ops),
-        "attributed": attributed,
-        "ranges": summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
-        "range_groups": summarize_ranges(
+    summaries = {  # each table, computed only when asked for
+        "phases": lambda: summarize_phases(phases, attributed, window),
+        "phase_kernels": lambda: summarize_range_kernels(window),
+        "phase_categories": lambda: summarize_ranges(phases, window, summarize_projection(phases, window)),
+        "ops": lambda: ops,
+        "summary": lambda: summary,
+        "kernels": lambda: summarize_kernels(ops),
+        "categories": lambda: summarize_categories(ops),
+        "attributed": lambda: attributed,
+        "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
+        "range_groups": lambda: summarize_ranges(
             trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
         ),
-        "range_kernels": summarize_range_kernels(attributed),
-        "projection": projection,
+        "range_kernels": lambda: summarize_range_kernels(attributed),
+        "projection": lambda: projection,
     }
+    return {name: summarize() for name, summarize in summaries.items() if name in tables}

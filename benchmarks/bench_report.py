@@ -93,12 +93,12 @@ from pathlib import Path
 marks = [time.perf_counter()]
 from analyze.breakdown import analyze_trace
 from analyze.sources import Source, read_trace
-from profiler_kit.build import TraceResult, build_report
+from profiler_kit.build import REPORT_TABLES, TraceResult, build_report
 from profiler_kit.output import render_report_files
 marks.append(time.perf_counter())
 trace = read_trace(Source(Path(sys.argv[1]), "nsys-sqlite"), details=False, cache=True)
 marks.append(time.perf_counter())
-tables = analyze_trace(trace)
+tables = analyze_trace(trace, REPORT_TABLES)
 marks.append(time.perf_counter())
 report = build_report([TraceResult("big", sys.argv[1], trace.meta, tables)])
 marks.append(time.perf_counter())

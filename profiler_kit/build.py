@@ -16,6 +16,18 @@ from profiler_kit.render.units import compact_name
 from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
+# The analysis tables a report shows, and the GPU ops for its per-rank table (analyze_trace skips the rest).
+REPORT_TABLES = (
+    "phases",
+    "phase_kernels",
+    "phase_categories",
+    "ops",
+    "summary",
+    "kernels",
+    "categories",
+    "ranges",
+    "range_groups",
+)
 
 
 @dataclass
@@ -357,14 +369,12 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[T
     results = []
     for src in sources:
         trace = read_trace(src, details=False, cache=cache)
-        tables = analyze_trace(trace)
-        ops = tables["ops"]
+        tables = analyze_trace(trace, REPORT_TABLES)
+        ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
         pids = ops["pid"].to_numpy()[is_kernel]
         if len(pids) and (pids != pids[0]).any():  # several processes launched kernels (no copy of ops otherwise)
             tables["ranks"] = summarize_rank_time(ops[is_kernel])
-        for per_op in ("ops", "attributed"):  # one row per GPU op: the report needs only the summaries
-            del tables[per_op]
         results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, tables))
         if on_each:
             on_each(src)
