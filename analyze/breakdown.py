@@ -218,9 +218,8 @@ def range_kernel_time(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.Data
     cat_codes = cats.codes[kern].astype(np.int64)
     cat_codes[cat_codes < 0] = n_cat  # a missing category: its own slot, counted in the total only
     by_cat = sum_by(pos * (n_cat + 1) + cat_codes, kern_ns, n * (n_cat + 1)).reshape(n, n_cat + 1)
-    seen = np.flatnonzero(
-        np.bincount(cat_codes, minlength=n_cat + 1)[:n_cat]
-    )  # a category no kernel falls in: no column
+    # a category no kernel falls in gets no column
+    seen = np.flatnonzero(np.bincount(cat_codes, minlength=n_cat + 1)[:n_cat])
     columns = {"kernels": np.bincount(pos, minlength=n), "kernel_time_ns": by_cat.sum(axis=1)}
     columns.update({f"{cats.categories[j]}_ns": by_cat[:, j] for j in seen})
     return pd.DataFrame(columns, index=ranges.index)

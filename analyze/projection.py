@@ -134,16 +134,9 @@ def enclosed_launches(
 
     columns = ("pid", "launch_start_ns", "launch_end_ns", "op_row")
     launch = {c: launched[c].to_numpy() for c in columns} | {"tid": tid(launched)}
-    # Only a launch that starts inside some range can pair with one. Phase ranges cover a small part of
-    # the trace: dropping the other launches before the sort makes their projection several times cheaper
-    # (ranges that cover most of it keep most launches, and copying those would cost more than it saves).
-    union_start, union_end = interval_union(
-        ranges["start_ns"].to_numpy()[eligible], ranges["end_ns"].to_numpy()[eligible]
+    launch = without_launches_outside(
+        launch, ranges["start_ns"].to_numpy()[eligible], ranges["end_ns"].to_numpy()[eligible]
     )
-    launch_start = launch["launch_start_ns"]
-    if (union_end - union_start).sum() < (launch_start.max() - launch_start.min()) / 2:
-        inside = in_union(launch_start, union_start, union_end)
-        launch = {c: values[inside] for c, values in launch.items()}
     range_thread, launch_thread = thread_keys(
         (ranges["pid"].to_numpy()[eligible], tid(ranges)[eligible]), (launch["pid"], launch["tid"])
     )
@@ -176,6 +169,22 @@ def enclosed_launches(
         keep = launch_end[candidate] <= np.repeat(end, counts)
         pos, candidate = pos[keep], candidate[keep]
     return pos, launch_op[candidate]
+
+
+def without_launches_outside(launch: dict[str, np.ndarray], starts: np.ndarray, ends: np.ndarray) -> dict:
+    """``launch``'s columns without the launches that start outside every range [start, end].
+
+    Only a launch that starts inside some range can pair with one. Phase ranges cover a small part of
+    the trace: dropping the other launches before the sort makes their projection several times cheaper.
+    Ranges that cover most of the trace keep most launches, and copying those would cost more than it
+    saves: then ``launch`` comes back as is.
+    """
+    union_start, union_end = interval_union(starts, ends)
+    launch_start = launch["launch_start_ns"]
+    if (union_end - union_start).sum() >= (launch_start.max() - launch_start.min()) / 2:
+        return launch
+    inside = in_union(launch_start, union_start, union_end)
+    return {c: values[inside] for c, values in launch.items()}
 
 
 def in_union(points: np.ndarray, union_start: np.ndarray, union_end: np.ndarray) -> np.ndarray:
