@@ -353,10 +353,12 @@ def summarize_projection(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.D
     gpu_ops = count_distinct(pos, attributed["correlation_id"].to_numpy(), n)
     has_ops = np.flatnonzero(np.bincount(pos, minlength=n))
     rows = has_ops[np.argsort(ranges.index.to_numpy()[has_ops], kind="stable")]
+    codes, labels = range_label_codes(ranges)
+    label_or_missing = np.array([*labels, np.nan], dtype=object)  # code -1 (a missing name) picks the NaN
     return pd.DataFrame(
         {
             "range_row": ranges.index.to_numpy()[rows],
-            "range": range_label(ranges).to_numpy()[rows],
+            "range": label_or_missing[codes[rows]],
             "cpu_start_ns": ranges["start_ns"].to_numpy()[rows],
             "cpu_duration_ns": ranges["duration_ns"].to_numpy()[rows],
             "gpu_start_ns": gpu_start[rows],
@@ -403,6 +405,12 @@ def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     if len(values) == 0:
         return np.zeros(n, dtype=np.int64)
     values = np.asarray(values, dtype=np.int64)
+    new_code = codes[1:] != codes[:-1]
+    if ((codes[1:] >= codes[:-1]) & (new_code | (values[1:] >= values[:-1]))).all():
+        # Already sorted by (code, value), as the pairs of one thread's ranges and rising ids come:
+        # a distinct pair starts wherever the code or the value changes.
+        first = np.concatenate(([True], new_code | (values[1:] != values[:-1])))
+        return np.bincount(codes[first], minlength=n)
     low = int(values.min())
     width = int(values.max()) - low + 1
     dtype = np.int32 if n * width < 2**31 else np.int64
@@ -413,8 +421,7 @@ def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
         seen = np.zeros(n * width, dtype=bool)
         seen[keys] = True
         return seen.reshape(n, width).sum(axis=1)
-    if not (keys[1:] >= keys[:-1]).all():  # pairs often come sorted already (one thread, ids rising)
-        keys.sort()
+    keys.sort()
     first = np.empty(len(keys), dtype=bool)  # first of its run of equal keys: a distinct (code, value)
     first[0] = True
     np.not_equal(keys[1:], keys[:-1], out=first[1:])

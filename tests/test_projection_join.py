@@ -186,3 +186,19 @@ def test_first_appearance_codes_are_factorize(size):
     assert (keys[first] == uniques).all() and all(
         np.flatnonzero(keys == u)[0] == f for u, f in zip(uniques, first, strict=True)
     )
+
+
+@pytest.mark.parametrize("case", ["sorted", "shuffled", "few pairs"])
+def test_count_distinct_is_groupby_nunique(case):
+    rng = np.random.default_rng(3)
+    codes = np.sort(rng.integers(0, 50, 5_000))
+    values = rng.integers(0, 10**6 if case != "few pairs" else 30, 5_000)
+    values[::7] = values[1::7][: len(values[::7])]  # repeated values
+    if case == "sorted":  # grouped codes, rising values within each: counted without a sort
+        values = np.sort(values + codes * 10**6) - codes * 10**6
+        assert (np.diff(values)[np.diff(codes) == 0] >= 0).all()
+    elif case != "few pairs":
+        order = rng.permutation(len(codes))
+        codes, values = codes[order], values[order]
+    expected = pd.Series(values).groupby(codes).nunique().reindex(range(60), fill_value=0).to_numpy()
+    assert (projection.count_distinct(codes, values, 60) == expected).all()
