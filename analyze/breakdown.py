@@ -270,14 +270,20 @@ def summarize_ranges(
     return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
+def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = False) -> pd.DataFrame:
     """Per (range name, kernel name): range instances, kernel count, total ns (as ``nvtxkernsum``).
 
     ``count`` is distinct ops: a kernel under two nested ranges of one name counts once.
+    ``share_frac`` is the kernel's part of the kernel time summed in its range name.
+    With ``group_emit_nvtx`` range names are grouped by ``base_range_names``.
     Rows are sorted by range name (in the ``range`` categories' order), then total time descending.
     """
     kern = np.flatnonzero(attributed["is_kernel"].to_numpy(dtype=bool))
     ranges, kernels = pd.Categorical(attributed["range"])[kern], pd.Categorical(attributed["name"])[kern]
+    if group_emit_nvtx:  # rename the categories, not the rows: one regex per distinct label
+        base_codes, bases = pd.factorize(base_range_names(pd.Series(ranges.categories)).to_numpy())
+        codes = np.where(ranges.codes >= 0, base_codes[ranges.codes], -1)
+        ranges = pd.Categorical.from_codes(codes, categories=bases)
     # One integer per (range, kernel) pair, numbered in order of first appearance (as groupby(sort=False)).
     # Codes are -1 for a missing name, hence the + 1s.
     width = len(kernels.categories) + 1
@@ -294,6 +300,10 @@ def summarize_range_kernels(attributed: pd.DataFrame) -> pd.DataFrame:
             "total_ns": sum_by(pair, attributed["duration_ns"].to_numpy()[kern], n),
         }
     )
+    range_codes = out["range"].cat.codes.to_numpy().astype(np.int64) + 1  # -1 (no name) gets slot 0
+    range_total = np.bincount(range_codes, weights=out["total_ns"].to_numpy(), minlength=len(ranges.categories) + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["share_frac"] = out["total_ns"].to_numpy() / range_total[range_codes]
     order = np.lexsort((-out["total_ns"].to_numpy(), out["range"].cat.codes.to_numpy()))
     return out.iloc[order].reset_index(drop=True)
 
@@ -379,6 +389,7 @@ TABLES = (
     "ranges",
     "range_groups",
     "range_kernels",
+    "range_group_kernels",
     "projection",
 )
 
@@ -406,6 +417,7 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
                 trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
             ),
             "range_kernels": lambda: summarize_range_kernels(attributed),
+            "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
         side_tables, phases, window = side.result()

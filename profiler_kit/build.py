@@ -16,6 +16,7 @@ from profiler_kit.render.units import compact_name
 from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
+RANGES_WITH_KERNELS, KERNELS_PER_RANGE = 12, 3  # the "Top kernels inside each range" table
 # The analysis tables a report shows, and the GPU ops for its per-rank table (analyze_trace skips the rest).
 REPORT_TABLES = (
     "phases",
@@ -27,6 +28,7 @@ REPORT_TABLES = (
     "categories",
     "ranges",
     "range_groups",
+    "range_group_kernels",
 )
 
 
@@ -213,12 +215,34 @@ def ranges_section(res: TraceResult, top: int) -> Section:
     sec.tables.append(
         Table("Ranges by CPU time", ranges.head(max(top * 2, 30))[cols + frac_cols], key=f"{res.label}_ranges")
     )
+    inside = kernels_inside_ranges(res, ranges) if not no_launches else pd.DataFrame()
+    if len(inside):
+        sec.tables.append(
+            Table(
+                "Top kernels inside each range",
+                inside,
+                note=f"The {KERNELS_PER_RANGE} costliest kernels of the {RANGES_WITH_KERNELS} ranges with the most "
+                "kernel time (phases have their own sections below); share is of the range's kernel time.",
+                key=f"{res.label}_range_kernels",
+            )
+        )
     phases = res.tables["phases"]
     if no_launches:
         phases = phases.assign(**{c: np.nan for c in phases.columns if "kernel" in c})
     if len(phases):
         sec.sections.append(phases_section(res, phases, top))
     return sec
+
+
+def kernels_inside_ranges(res: TraceResult, ranges: pd.DataFrame) -> pd.DataFrame:
+    """Rows of range_group_kernels: the costliest kernels of the non-phase ranges with the most kernel time."""
+    phases = set(res.tables["phases"]["range"])
+    busiest = ranges[(ranges["kernels"] > 0) & ~ranges["range"].isin(phases)]
+    names = busiest.sort_values("kernel_time_ns", ascending=False, kind="stable")["range"].head(RANGES_WITH_KERNELS)
+    per_range = res.tables["range_group_kernels"].groupby("range", observed=True, sort=False)
+    parts = [per_range.get_group(n).head(KERNELS_PER_RANGE) for n in names if n in per_range.groups]
+    cols = ["range", "kernel", "category", "count", "total_ns", "share_frac"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
 def phases_section(res: TraceResult, phases: pd.DataFrame, top: int) -> Section:
@@ -272,7 +296,7 @@ def phases_section(res: TraceResult, phases: pd.DataFrame, top: int) -> Section:
         sub.tables.append(
             Table(
                 f"Top kernels in '{name}'",
-                inside[["kernel", "category", "count", "per_instance", "total_ns"]],
+                inside[["kernel", "category", "count", "per_instance", "total_ns", "share_frac"]],
                 key=f"{res.label}_{name}_kernels",
             )
         )

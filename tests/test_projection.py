@@ -100,3 +100,22 @@ def test_layer_parts_named_like_phases_are_not_phases():
         ]
     )
     assert list(phase_ranges(ranges)["name"].astype(str)) == ["forward", "Optimizer.step#AdamW.step"]
+
+
+def test_range_kernels_group_emit_nvtx_names_and_share():
+    ranges = _ranges(
+        [
+            ("aten::mm, seq = 1, op_id = 1", 10, 40, 1, -1, "push_pop"),
+            ("aten::mm, seq = 2, op_id = 2", 140, 170, 1, -1, "push_pop"),
+            ("other", 190, 300, 1, -1, "push_pop"),
+        ]
+    )
+    ops = _ops([(1, 2000, 2100), (2, 2100, 2400), (3, 2500, 2600)])
+    ops["name"] = ["gemm", "gemm", "copy"]
+    att = project_nvtx(ranges, ops, launches(ops, RUNTIME_ROWS))
+    raw = summarize_range_kernels(att)
+    assert len(raw[raw["range"].astype(str).str.startswith("aten::mm")]) == 2  # one row per one-off name
+    grouped = summarize_range_kernels(att, group_emit_nvtx=True).set_index(["range", "kernel"])
+    mm = grouped.loc[("aten::mm", "gemm")]
+    assert (mm["count"], mm["range_instances"], mm["total_ns"], mm["share_frac"]) == (2, 2, 400, 1.0)
+    assert grouped.loc[("other", "copy"), "share_frac"] == 1.0  # launch 3 (195..205) lies inside "other"

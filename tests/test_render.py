@@ -29,3 +29,19 @@ def test_units_from_suffixes_and_integers_stay_integers():
     md = render_table_md(df)
     assert "|       3 |" in md or "| 3 |" in md.replace("  ", " ")
     assert "PointwiseOpScalarFunctor" in md and "3.000" not in md
+
+
+def test_html_figure_is_plain_plotly_json_with_display_units():
+    """Charts carry plain lists (any plotly.js reads them), values scaled like the tables, NaN as null."""
+    import json
+    import re
+
+    from profiler_kit.render.html import render_html
+    from profiler_kit.report import Figure, Report, Section
+
+    df = pd.DataFrame({"kernel": ["gemm", "</script>", "softmax"], "total_ns": [2_500_000, 1_000_000, float("nan")]})
+    rep = Report("t", sections=[Section("s", figures=[Figure("Top", df, "bar", x="kernel", y="total_ns", key="top")])])
+    page = render_html(rep)
+    assert page.count("Plotly.newPlot(") == 1 and "</script>\"" not in page
+    data = json.loads(re.search(r'Plotly\.newPlot\("[^"]+", (\[.*?\]), \{', page).group(1))
+    assert data[0]["x"] == ["gemm", "</script>", "softmax"] and data[0]["y"] == [2.5, 1.0, None]

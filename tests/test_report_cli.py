@@ -186,3 +186,8 @@ def test_example_trace_projects_kernels_onto_phases(tmp_path):
     assert "feed forward" not in phases
     # autograd launches backward from its own thread: only the window view sees its kernels
     assert phases["backward"]["window_kernels_per_instance"] > 100 * phases["backward"]["kernels_per_instance"]
+    inside = json.loads(next(tmp_path.glob("*_range_kernels.json")).read_text())["rows"]
+    softmax = [r for r in inside if r["range"] == "computing softmax"]
+    assert 1 <= len(softmax) <= 3 and not {r["range"] for r in inside} & set(phases)
+    assert all(0 < r["share_frac"] <= 1 for r in inside)
+    assert [r["total_ns"] for r in softmax] == sorted((r["total_ns"] for r in softmax), reverse=True)

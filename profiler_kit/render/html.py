@@ -8,7 +8,6 @@ figure objects cost 0.1-0.2 s a report, more than the rest of the rendering.
 
 from __future__ import annotations
 
-import base64
 import functools
 import html
 import importlib.util
@@ -49,11 +48,13 @@ def plotly_template() -> dict:
     return json.loads((plotly_package_data() / "templates" / "plotly.json").read_text(encoding="utf-8"))
 
 
-def json_values(values: pd.Series):
-    """A column as plotly.js data: numbers as a typed array of float64 (base64), anything else as a list."""
+def json_values(values: pd.Series) -> list:
+    """A column as plotly.js data: numbers as floats, anything else as text, missing values as null.
+
+    Plain lists, not plotly's base64 typed arrays, which need plotly.js 2.28 or newer (plotly 5.0 ships 2.0).
+    """
     if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
-        data = values.to_numpy(dtype="<f8", na_value=np.nan)
-        return {"dtype": "f8", "bdata": base64.b64encode(data.tobytes()).decode("ascii")}
+        return [None if np.isnan(v) else v for v in values.to_numpy(dtype="<f8", na_value=np.nan).tolist()]
     return [None if pd.isna(v) else str(v) for v in values.astype(object)]
 
 
