@@ -42,6 +42,6 @@ def test_html_figure_is_plain_plotly_json_with_display_units():
     df = pd.DataFrame({"kernel": ["gemm", "</script>", "softmax"], "total_ns": [2_500_000, 1_000_000, float("nan")]})
     rep = Report("t", sections=[Section("s", figures=[Figure("Top", df, "bar", x="kernel", y="total_ns", key="top")])])
     page = render_html(rep)
-    assert page.count("Plotly.newPlot(") == 1 and "</script>\"" not in page
+    assert page.count("Plotly.newPlot(") == 1 and '</script>"' not in page
     data = json.loads(re.search(r'Plotly\.newPlot\("[^"]+", (\[.*?\]), \{', page).group(1))
     assert data[0]["x"] == ["gemm", "</script>", "softmax"] and data[0]["y"] == [2.5, 1.0, None]
