@@ -239,11 +239,10 @@ def range_label_codes(ranges: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     Labels are built once per distinct (name, domain), not once per range.
     """
     name, domain = pd.Categorical(ranges["name"]), pd.Categorical(ranges["domain"])
-    # one integer per (name, domain); codes are -1 for a missing value, hence the + 1
-    pair = name.codes.astype(np.int64) * (len(domain.categories) + 1) + (domain.codes + 1)
-    pair_code, uniq = pd.factorize(pair)
-    first = np.full(len(uniq), len(pair))
-    np.minimum.at(first, pair_code, np.arange(len(pair)))  # a range row of each pair
+    # one integer per (name, domain); codes are -1 for a missing value, hence the + 1s
+    width = len(domain.categories) + 1
+    pair = (name.codes.astype(np.int64) + 1) * width + (domain.codes + 1)
+    pair_code, first = first_appearance_codes(pair, (len(name.categories) + 1) * width)  # first: a row of each
     label_code, labels = pd.factorize(label_text(ranges.iloc[first]), sort=True)
     return label_code[pair_code], labels
 

@@ -26,10 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.nsys_sqlite import with_unread_columns
+from analyze.nsys_sqlite import MISSING, with_unread_columns
 from analyze.tables import SCHEMAS, Trace
-
-MISSING = -1  # an unread column (read_nsys_sqlite details=False) holds only this; it is not stored
 
 MIN_EXPORT_BYTES = 32 * 2**20  # smaller exports read fast enough; no folder beside them
 SUFFIX = ".profiler-kit-cache"

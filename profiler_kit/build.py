@@ -11,25 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyze.breakdown import gemm_vs_elementwise
+from analyze.breakdown import TABLES, gemm_vs_elementwise
 from profiler_kit.render.units import compact_name
 from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
 RANGES_WITH_KERNELS, KERNELS_PER_RANGE = 12, 3  # the "Top kernels inside each range" table
-# The analysis tables a report shows, and the GPU ops for its per-rank table (analyze_trace skips the rest).
-REPORT_TABLES = (
-    "phases",
-    "phase_kernels",
-    "phase_categories",
-    "ops",
-    "summary",
-    "kernels",
-    "categories",
-    "ranges",
-    "range_groups",
-    "range_group_kernels",
-)
+# The analysis tables a report shows, plus the GPU ops for its per-rank table: all but the per-pair and
+# per-instance tables and the ungrouped range kernels (analyze_trace skips those).
+REPORT_TABLES = tuple(t for t in TABLES if t not in ("attributed", "projection", "range_kernels"))
 
 
 @dataclass
