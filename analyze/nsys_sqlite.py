@@ -419,20 +419,55 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
     ).assign(pid=np.where(gpid != MISSING, pid_of(gpid), -1))
 
 
+def _nvtx_events(exp: Export) -> pd.DataFrame:
+    """NVTX range and domain rows: integer columns (MISSING for NULL) and ``text`` (str or None).
+
+    With the ADBC driver the integers come columnar and the text as bytes, decoded once per
+    distinct value (invalid UTF-8 replaced, as sqlite3's text factory does): a third of the
+    time of 77k rows through Python tuples.
+    """
+    table = "NVTX_EVENTS"
+    types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
+    where = f"WHERE eventType IN ({types})"
+    required, optional = NVTX_COLUMNS
+    ints = (required, tuple(c for c in optional if c != "text"))
+    text = 'CAST("text" AS BLOB)' if "text" in exp.columns[table] else "NULL"
+    if adbc_sqlite() is not None:
+        df = exp.select(table, ints, where=where, computed={"text": text})
+    else:
+        not_null = exp.not_null[table]
+
+        def present(c: str) -> str:
+            return f'"{c}"' if c in not_null else f'coalesce("{c}", {MISSING}) AS "{c}"'
+
+        df = exp.query(exp._select_sql(table, ints, present, f'{MISSING} AS "{{c}}"', where, {"text": text}))
+    codes, uniq = pd.factorize(df["text"].to_numpy(dtype=object), use_na_sentinel=True)
+    decoded = np.array([_text(v) for v in uniq] + [None], dtype=object)
+    df["text"] = decoded[codes]  # code -1 (NULL) takes the trailing None
+    for c in (*ints[0], *ints[1]):
+        df[c] = pd.to_numeric(df[c], errors="coerce").fillna(MISSING).astype("int64")
+    return df
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray | memoryview) else str(value)
+
+
 def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId).
 
     Without ``details`` the nesting depth is not computed (left -1).
     """
-    types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
-    df = exp.select_any("NVTX_EVENTS", NVTX_COLUMNS, where=f"WHERE eventType IN ({types})")
+    df = _nvtx_events(exp)
     if df.empty:
         return None
-    gtid = df["globalTid"].fillna(0).astype("int64")
+    gtid = df["globalTid"].where(df["globalTid"] != MISSING, 0)
     df["pid"], df["tid"] = pid_of(gtid), tid_of(gtid)
-    name_from_id = df["textId"].map(strings) if df["textId"].notna().any() else pd.Series(np.nan, index=df.index)
-    df["label"] = name_from_id.where(name_from_id.notna(), df["text"]).fillna("").astype(str)
-    domain_id = pd.to_numeric(df["domainId"], errors="coerce").fillna(0).astype("int64")
+    text_id = df["textId"]
+    name_from_id = text_id.map(strings).where(text_id != MISSING) if (text_id != MISSING).any() else None
+    label = df["text"] if name_from_id is None else name_from_id.where(name_from_id.notna(), df["text"])
+    df["label"] = label.fillna("").astype(str)
+    domain_id = df["domainId"].clip(lower=0)  # no domain (NULL) is the default domain 0
     # Domains are created per process: key (pid, domainId) -> first name given.
     created = df[df["eventType"] == NVTX_DOMAIN_CREATE].assign(domain_id=domain_id).sort_values("start")
     domains = created.drop_duplicates(["pid", "domain_id"]).set_index(["pid", "domain_id"])["label"]
@@ -440,11 +475,11 @@ def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataF
     key = pd.MultiIndex.from_arrays([ranges["pid"], domain_id[ranges.index]])
     ranges["domain"] = domains.reindex(key).fillna("").to_numpy() if len(domains) else ""
     # An unclosed range ends at the last NVTX timestamp, as nsys's reports take it.
-    last = max(pd.to_numeric(df["start"]).max(), pd.to_numeric(df["end"], errors="coerce").max(skipna=True) or 0)
-    ranges["end"] = pd.to_numeric(ranges["end"], errors="coerce").fillna(last)
+    last = max(int(df["start"].max()), int(df["end"].max()), 0)
+    ranges["end"] = ranges["end"].where(ranges["end"] != MISSING, last)
     ranges = _times(ranges)
-    end_gtid = pd.to_numeric(ranges["endGlobalTid"], errors="coerce")
-    ranges["end_tid"] = np.where(end_gtid.notna(), tid_of(end_gtid.fillna(0)), -1)
+    end_gtid = ranges["endGlobalTid"].to_numpy()
+    ranges["end_tid"] = np.where(end_gtid != MISSING, tid_of(end_gtid), -1)
     ranges["style"] = ranges["eventType"].map(NVTX_RANGE_STYLE)
     ranges["name"] = ranges["label"].astype("category")
     ranges["domain"] = ranges["domain"].astype("category")

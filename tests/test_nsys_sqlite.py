@@ -144,6 +144,42 @@ def test_invalid_utf8_names_are_replaced_not_fatal(tmp_path):
     assert "forward\ufffd\ufffd" in names
 
 
+def _odd_nvtx_export(tmp_path: Path) -> Path:
+    """The old-schema export plus NVTX rows with invalid UTF-8 text, no text, an open range, no domain."""
+    path = _old_schema_export(tmp_path)
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        INSERT INTO NVTX_EVENTS VALUES (60, 190, 59, CAST(X'6c617965728081' AS TEXT), 281474993487889, 0),
+                                       (70, 180, 59, NULL, 281474993487889, NULL),
+                                       (280, NULL, 59, 'open', 281474993487889, 0);
+        """
+    )
+    con.commit()
+    con.close()
+    return path
+
+
+def test_odd_nvtx_rows(tmp_path):
+    nv = read_nsys_sqlite(_odd_nvtx_export(tmp_path)).nvtx.set_index("start_ns")
+    assert nv.loc[60, "name"] == "layer\ufffd\ufffd"
+    assert nv.loc[70, "name"] == "" and nv.loc[70, "domain"] == ""
+    assert nv.loc[280, "end_ns"] == 400  # an open range ends at the last NVTX timestamp, as in nsys's reports
+    assert list(nv.loc[[50, 60, 70], "depth"]) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("make", [lambda tmp: _copy(CPU_FIXTURE, tmp), _odd_nvtx_export])
+def test_sqlite3_fallback_reads_what_adbc_reads(make, tmp_path, monkeypatch):
+    """Without the optional ADBC driver every table comes through sqlite3, with the same values."""
+    path = make(tmp_path)
+    with_adbc = read_nsys_sqlite(path)
+    monkeypatch.setattr("analyze.nsys_sqlite.adbc_sqlite", lambda: None)
+    without = read_nsys_sqlite(path)
+    for name in ("kernels", "runtime", "nvtx"):
+        a, b = getattr(with_adbc, name), getattr(without, name)
+        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_dtype=False)
+
+
 def _old_schema_export(tmp_path: Path) -> Path:
     """A 2.x-era export: no shortName/globalPid/textId columns, names in text, EXPORT_META_DATA."""
     path = tmp_path / "old.sqlite"
