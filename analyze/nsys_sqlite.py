@@ -73,7 +73,7 @@ RUNTIME_LEAN_COLUMNS = (("start", "end"), ("globalTid", "correlationId"))
 MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMOP_TABLES = {"CUPTI_ACTIVITY_KIND_MEMCPY": MEMCPY_COLUMNS, "CUPTI_ACTIVITY_KIND_MEMSET": MEMSET_COLUMNS}
-NVTX_COLUMNS = (("start", "eventType"), ("end", "text", "textId", "globalTid", "endGlobalTid", "domainId"))
+NVTX_COLUMNS = (("start", "eventType"), ("end", "textId", "globalTid", "endGlobalTid", "domainId"))  # and text
 
 COLUMNAR_BATCH_ROWS = 1 << 24  # rows per Arrow batch of an ADBC read (buffers grow as rows come, none preallocated)
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
@@ -172,6 +172,8 @@ class Export:
     ) -> pd.DataFrame:
         """Read the spec's integer columns of ``table`` (and ``computed`` ones); NULL and absent columns come back as -1.
 
+        ``computed`` adds columns by name from SQL expressions, of any type.
+
         Large activity tables go through the ADBC SQLite driver when installed
         (columnar Arrow batches, several times faster than building Python
         tuples), else through sqlite3. Columns declared NOT NULL skip the
@@ -183,7 +185,9 @@ class Export:
             return f'"{c}"' if c in not_null else f'coalesce("{c}", {MISSING}) AS "{c}"'
 
         sql = self._select_sql(table, spec, present, f'{MISSING} AS "{{c}}"', where, computed)
-        return self.query_columnar(sql) if adbc_sqlite() is not None else self.query(sql).astype("int64")
+        if adbc_sqlite() is not None:
+            return self.query_columnar(sql)
+        return self.query(sql).astype(dict.fromkeys((*spec[0], *spec[1]), "int64"))  # computed ones as they come
 
     def select_soon(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]]) -> Future:
         """``select()`` on a worker thread (see ``soon``)."""
@@ -429,23 +433,11 @@ def _nvtx_events(exp: Export) -> pd.DataFrame:
     table = "NVTX_EVENTS"
     types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
     where = f"WHERE eventType IN ({types})"
-    required, optional = NVTX_COLUMNS
-    ints = (required, tuple(c for c in optional if c != "text"))
     text = 'CAST("text" AS BLOB)' if "text" in exp.columns[table] else "NULL"
-    if adbc_sqlite() is not None:
-        df = exp.select(table, ints, where=where, computed={"text": text})
-    else:
-        not_null = exp.not_null[table]
-
-        def present(c: str) -> str:
-            return f'"{c}"' if c in not_null else f'coalesce("{c}", {MISSING}) AS "{c}"'
-
-        df = exp.query(exp._select_sql(table, ints, present, f'{MISSING} AS "{{c}}"', where, {"text": text}))
+    df = exp.select(table, NVTX_COLUMNS, where=where, computed={"text": text})
     codes, uniq = pd.factorize(df["text"].to_numpy(dtype=object), use_na_sentinel=True)
     decoded = np.array([_text(v) for v in uniq] + [None], dtype=object)
     df["text"] = decoded[codes]  # code -1 (NULL) takes the trailing None
-    for c in (*ints[0], *ints[1]):
-        df[c] = pd.to_numeric(df[c], errors="coerce").fillna(MISSING).astype("int64")
     return df
 
 
