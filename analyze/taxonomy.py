@@ -3,7 +3,8 @@
 Rules are matched, case-insensitively, against the demangled kernel name (which
 carries the functor, e.g. ``MulFunctor``), falling back to the short name.
 Order matters: attention precedes GEMM because ``fmha_cutlassF`` also matches
-``cutlass``; memory precedes elementwise because copy and fill kernels are
+``cutlass``, and it takes the helpers of attention backward (``dot_do_o``: D = rowsum(dO * O);
+``convert_dq``: the fp32 dQ buffer cast back, as in cuDNN's SDPA); memory precedes elementwise because copy and fill kernels are
 elementwise launches; reduction precedes elementwise because ``reduce_kernel``
 names carry ``sum_functor``. To add a library's kernels, add a row with an
 example; tests check every example lands on its own row and no earlier one.
@@ -21,14 +22,14 @@ KERNEL_RULES = (  # first match wins
     ("communication", "nccl", r"nccl|rccl", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096>)"),
     ("communication", "custom_collective", r"cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all",
      "void vllm::cross_device_reduce_1stage<float, 8>(vllm::RankData*, vllm::RankSignals, int)"),
-    ("attention", "flash", r"flash|fmha|attn|attention|sdpa|\bmha_",
+    ("attention", "flash", r"flash|fmha|attn|attention|sdpa|\bmha_|dot_do_o|convert_dq",
      "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>"),
     ("optimizer", "multi_tensor", r"multi_tensor_apply|foreach|adam|lamb_|\bsgd",
      "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>, BinaryOpListAlphaFunctor<float, 2, 2, 0>>"),
     ("softmax", "softmax", r"softmax", "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, Epilogue>(float*, float const*, int)"),
     ("normalization", "norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|instance_?norm|bn_fw|bn_bw|welford|rowwisemoments",
      "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct, float const*)"),
-    ("gemm", "convolution", r"conv|winograd|dgrad|wgrad|scudnn|fprop|implicit_gemm|cask_cudnn",
+    ("gemm", "convolution", r"conv(?!ert)|winograd|dgrad|wgrad|scudnn|fprop|implicit_gemm|cask_cudnn",
      "void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int, int)"),
     ("gemm", "dense", r"gemm|gemv|xmma|cutlass|nvjet|wgmma|cublas|matmul|\bmm_|triton_tem|splitkreduce|tensorop|\bs1688|\bh1688",
      "ampere_sgemm_128x64_tn"),

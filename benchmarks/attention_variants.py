@@ -161,7 +161,7 @@ def dkdv_alone(q, k, v, do, o, lse, config, opts):
         do_desc = TensorDescriptor(do, [bh * n, d], [d, 1], [config[0], d])
     grid = (triton.cdiv(n, config[1]) * bh,)
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dk, dk, lse, delta, 1.0 / d**0.5, n)
-    ft._launch(ft._bwd_dkdv_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": True, "DQ_MODE": 0, **opts}, config)
+    ft._launch(ft._flash_bwd_dkdv_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": True, "DQ_MODE": 0, **opts}, config)
     return dk, dv
 
 

@@ -91,6 +91,18 @@ def output_options(default_stem: str):
     return wrap
 
 
+def charts_wanted(no_html: bool) -> bool:
+    """False with --no-html, and (with a one-line warning) when plotly is not installed."""
+    if no_html:
+        return False
+    from profiler_kit.render.html import plotly_available
+
+    if plotly_available():
+        return True
+    click.echo("Warning: plotly is not installed (pip install plotly), so no charts (.html) are written", err=True)
+    return False
+
+
 def default_out_dir(paths: tuple[str, ...]) -> Path:
     """reports/<name of the single input>, or reports/comparison for several."""
     if len(paths) == 1:
@@ -143,7 +155,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
 
         extra += memory_sections(load_snapshots(snapshots), top=top)
     rep = build_report(results, top=top, extra=extra)
-    files = render_report_files(rep, stem, fmt, html=not no_html)
+    files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or default_out_dir(paths), files))
     if not no_cache:
         from analyze.trace_cache import finish_writes
@@ -223,7 +235,7 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem):
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
     report = build_memory_report(load_snapshots(paths), top=top)
-    files = render_report_files(report, stem, fmt, html=not no_html)
+    files = render_report_files(report, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or Path("reports") / "memory", files))
 
 
@@ -448,5 +460,5 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     from profiler_kit.output import render_report_files, write_files
 
     rep = build_ddp_report(load_ddp_inputs(folder))
-    files = render_report_files(rep, stem, fmt, html=not no_html)
+    files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or folder, files))

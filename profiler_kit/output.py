@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from profiler_kit.render.data import render_tables
-from profiler_kit.render.html import render_html
+from profiler_kit.render.html import plotly_available, render_html
 from profiler_kit.render.markdown import render_markdown
 from profiler_kit.report import Report
 
@@ -41,10 +41,11 @@ def write_files(out_dir: Path, files: dict[str, str]) -> list[Path]:
 def render_report_files(report: Report, stem: str, fmt: str = "md", html: bool = True) -> dict[str, str]:
     """Every output file of a report, by name: ``<stem>.md`` + ``<stem>.html``, or tables as csv/json.
 
-    With ``fmt`` csv or json the tables go to ``<stem>.<table key>.<fmt>``.
+    With ``fmt`` csv or json the tables go to ``<stem>.<table key>.<fmt>``. Without plotly
+    installed there is no ``<stem>.html`` (the CLI says so).
     """
     files: dict[str, str] = {}
-    html_name = f"{stem}.html" if html and report.figures() else None
+    html_name = f"{stem}.html" if html and report.figures() and plotly_available() else None
     if fmt == "md":
         files[f"{stem}.md"] = render_markdown(report, html_name)
     else:

@@ -30,6 +30,16 @@ def test_report_md_and_html(tmp_path):
     assert "Plotly.newPlot" in html and '<script src="http' not in html  # plotly.js embedded, opens offline
 
 
+def test_report_without_plotly_writes_markdown_and_says_why_no_charts(tmp_path, monkeypatch):
+    monkeypatch.setattr("profiler_kit.render.html.plotly_available", lambda: False)
+    monkeypatch.setattr("profiler_kit.output.plotly_available", lambda: False)
+    res = CliRunner().invoke(cli, ["report", str(KINETO_FIXTURE), "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "plotly is not installed" in res.stderr
+    assert (tmp_path / "report.md").exists() and not (tmp_path / "report.html").exists()
+    assert "report.html" not in (tmp_path / "report.md").read_text()
+
+
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_report_tables_as_data(tmp_path, fmt):
     res = run("report", CPU_FIXTURE, "-o", tmp_path, "--format", fmt, "--no-html")

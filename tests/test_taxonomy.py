@@ -47,6 +47,20 @@ def test_example_matches_own_rule_and_no_earlier(index):
         ),
         ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "communication"),
         ("_fwd_flash_attention_kernel", "attention"),
+        # torch 2.11 SDPA on an H200 (cuDNN backend) and this repo's Triton kernels, from run 10's traces
+        (
+            "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0",
+            "attention",
+        ),
+        ("cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*, void*)", "attention"),
+        ("cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, unsigned int)", "attention"),
+        ("_flash_bwd_dkdv_kernel", "attention"),
+        ("_flash_bwd_delta_kernel", "attention"),
+        (
+            "void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int, int)",
+            "gemm",
+        ),
+        ("void at::native::convert_kernel<float>(float*)", "other"),  # "convert" is no convolution
         ("some_custom_kernel_nobody_knows", "other"),
     ],
 )

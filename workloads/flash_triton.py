@@ -146,7 +146,7 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 DEFAULT_BWD = "tma"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
-# structure of the dK/dV kernel (see _bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
+# structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
 BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
@@ -270,7 +270,7 @@ def _fwd_inner(
 @triton.autotune(configs=FWD_CONFIGS, key=_KEY_FWD, prune_configs_by={"early_config_prune": _prune})
 @triton.heuristics({"EVEN": _even})
 @triton.jit
-def _fwd_kernel(
+def _flash_fwd_kernel(
     Q, K, V, K_DESC, V_DESC, Out, L, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr, HEAD_GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
@@ -324,7 +324,7 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _bwd_delta_kernel(Out, DO, D, N_CTX, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+def _flash_bwd_delta_kernel(Out, DO, D, N_CTX, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
     off_bh = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -400,7 +400,7 @@ def _dkdv_inner(
 )
 @triton.heuristics({"EVEN": _even})
 @triton.jit
-def _bwd_dkdv_kernel(
+def _flash_bwd_dkdv_kernel(
     Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
     QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
@@ -493,7 +493,7 @@ def _dq_inner(
 @triton.autotune(configs=DQ_CONFIGS, key=_KEY, prune_configs_by={"early_config_prune": _prune})
 @triton.heuristics({"EVEN": _even})
 @triton.jit
-def _bwd_dq_kernel(
+def _flash_bwd_dq_kernel(
     Q, K, V, DO, DQ, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
@@ -611,7 +611,7 @@ def forward_kernels(
 
     args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group}
-    _launch(_fwd_kernel, grid, args, consts, config)
+    _launch(_flash_fwd_kernel, grid, args, consts, config)
     return o, lse
 
 
@@ -650,7 +650,7 @@ def backward_kernels(
     do = do.contiguous()
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
-    _bwd_delta_kernel[(triton.cdiv(n, block), bh)](o, do, delta, n, HEAD_DIM=d, BLOCK=block)
+    _flash_bwd_delta_kernel[(triton.cdiv(n, block), bh)](o, do, delta, n, HEAD_DIM=d, BLOCK=block)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     mode_id = BWD_MODES[mode]
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
@@ -675,11 +675,11 @@ def backward_kernels(
 
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
-    _launch(_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
+    _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)
-    _launch(_bwd_dq_kernel, grid_m, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, dq_config)
+    _launch(_flash_bwd_dq_kernel, grid_m, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, dq_config)
     return dq, dk, dv
 
 

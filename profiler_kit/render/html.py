@@ -33,6 +33,11 @@ th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 FIGURE_HEIGHT = 480  # px
 
 
+def plotly_available() -> bool:
+    """Whether plotly, which ships the charts' plotly.js and template, is installed."""
+    return importlib.util.find_spec("plotly") is not None
+
+
 @functools.cache
 def plotly_package_data() -> Path:
     """plotly's package_data folder (plotly.min.js, templates), found without importing plotly."""

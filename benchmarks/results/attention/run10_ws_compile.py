@@ -54,7 +54,9 @@ def main() -> int:
                             stages=stages, maxnreg=maxnreg)  # fmt: skip
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         lines = (out.stdout + out.stderr).splitlines()
-        keep = [x for x in lines if x.startswith(("_bwd", "warp_specialize")) or "Assertion" in x or "error:" in x]
+        keep = [
+            x for x in lines if x.startswith(("_flash_bwd", "warp_specialize")) or "Assertion" in x or "error:" in x
+        ]
         print(f"num_warps {warps}, num_stages {stages}, maxnreg {maxnreg}:")
         print("\n".join("  " + x[:200] for x in keep[:4]) or "  (no output)")
     return 0

@@ -67,12 +67,12 @@ def main() -> int:
            "DV": "*bf16", "DQ": "*fp32", "DQ_DESC": f"tensordesc<fp32[{bm},{d}]>", "L": "*fp32", "D": "*fp32",
            "sm_scale": "fp32", "N_CTX": "i32"}  # fmt: skip
     consts = {"HEAD_DIM": d, "IS_CAUSAL": True, "DQ_MODE": 2, **opts, "BLOCK_M": bm, "BLOCK_N": bn, "EVEN": True}
-    print(build(ft._bwd_dkdv_kernel, sig, consts, args.warps, args.stages, args.maxnreg or None))
+    print(build(ft._flash_bwd_dkdv_kernel, sig, consts, args.warps, args.stages, args.maxnreg or None))
     sig = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "K_DESC": "*bf16", "V_DESC": "*bf16", "Out": "*bf16",
            "L": "*fp32", "sm_scale": "fp32", "N_CTX": "i32"}  # fmt: skip
     consts = {"HEAD_DIM": d, "IS_CAUSAL": True, "TMA": False, "HEAD_GROUP": ft.FWD_HEAD_GROUP, "BLOCK_M": 128,
               "BLOCK_N": 64, "EVEN": True}  # fmt: skip
-    print(build(ft._fwd_kernel, sig, consts, 8, 4, 112))
+    print(build(ft._flash_fwd_kernel, sig, consts, 8, 4, 112))
     return 0
 
 
