@@ -59,7 +59,15 @@ def load_runs(run_dirs) -> list[dict]:
 
 def _order(m: dict):
     s = m.get("spec", {})
-    return (SIZE_ORDER.get(s.get("size"), 99), s.get("precision", ""), s.get("mode", ""), s.get("ctx", 0))
+    size = run_size(s)
+    return (SIZE_ORDER.get(size, 99), size or "", s.get("precision", ""), s.get("mode", ""), s.get("ctx", 0))
+
+
+def run_size(spec: dict) -> str | None:
+    """The tables' size column: the LM size, or for one attention layer its implementation and shape."""
+    if spec.get("workload") == "attention":
+        return f"attention {spec.get('attention')} d{spec.get('d_head')} h{spec.get('heads')} b{spec.get('batch')}"
+    return spec.get("size")
 
 
 def _ms_to_ns(v) -> float:
@@ -72,7 +80,7 @@ def _phase(meta: dict, which: str, phase: str, stat: str = "mean") -> float:
 
 def _labels(meta: dict) -> dict:
     s = meta.get("spec", {})
-    return {k: s.get(k) for k in ("size", "ctx", "mode", "precision")}
+    return {"size": run_size(s)} | {k: s.get(k) for k in ("ctx", "mode", "precision")}
 
 
 def _timing_runs(metas: list[dict]) -> list[dict]:

@@ -129,3 +129,15 @@ def test_record_copies_the_cached_calibration_only_for_the_same_device(tmp_path)
     spec = RunSpec(size="tiny", ctx=8, batch=1, mode="forward", warmup=0, steps=1, device="cpu")
     meta = run_mod.record(spec, "none", out_dir=tmp_path, log=lambda m: None).meta
     assert "calibration" not in meta
+
+
+RUN10 = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "attention" / "run10_rec"
+
+
+@pytest.mark.skipif(not RUN10.exists(), reason="committed attention records absent")
+def test_attention_runs_are_told_apart_in_the_sweep_tables():
+    """One attention layer per run: the size column names implementation and shape, not the LM default size."""
+    sections = build_sweep_sections(find_run_dirs([RUN10]))
+    timing = next(t for s in sections for t in s.tables if t.title.startswith("Forward, backward"))
+    sizes = list(timing.df["size"])
+    assert sorted(sizes) == sorted(f"attention {i} d{d} h16 b1" for i in ("sdpa", "triton") for d in (64, 128))
