@@ -3,10 +3,10 @@
 Rules are matched, case-insensitively, against the demangled kernel name (which
 carries the functor, e.g. ``MulFunctor``), falling back to the short name.
 Order matters: attention precedes GEMM because ``fmha_cutlassF`` also matches
-``cutlass``, and it takes the helpers of attention backward (``dot_do_o``: D = rowsum(dO * O);
-``convert_dq``: the fp32 dQ buffer cast back, as in cuDNN's SDPA); memory precedes elementwise because copy and fill kernels are
-elementwise launches; reduction precedes elementwise because ``reduce_kernel``
-names carry ``sum_functor``. To add a library's kernels, add a row with an
+``cutlass`` (attention also takes the helpers of cuDNN's SDPA backward: ``dot_do_o``,
+D = rowsum(dO * O), and ``convert_dq``, the fp32 dQ buffer cast back); memory precedes
+elementwise because copy and fill kernels are elementwise launches; reduction precedes
+elementwise because ``reduce_kernel`` names carry ``sum_functor``. To add a library's kernels, add a row with an
 example; tests check every example lands on its own row and no earlier one.
 """
 
