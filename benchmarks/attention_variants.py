@@ -143,6 +143,7 @@ GRIDS = {
 }  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2
+DKDV_REGS = "_flash_bwd_dkdv_kernel_regs_spills"  # regs() key of the dK/dV kernel (named after the kernel)
 
 
 def dkdv_alone(q, k, v, do, o, lse, config, opts):
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         on = [k if x is True else f"{k}={x}" for k, x in r.get("opts", {}).items() if x is True or x not in (False, 1)]
         on = "+".join(on) or "-"
         print(f"  bwd {r['mode']} {on} dkdv {r['dkdv']} dq {r['dq']} {r['ms']:.3f} "
-              f"err dq {r['rel_err_dq']:.1e} regs {r.get('_bwd_dkdv_kernel_regs_spills')}", file=sys.stderr)  # fmt: skip
+              f"err dq {r['rel_err_dq']:.1e} regs {r.get(DKDV_REGS)}", file=sys.stderr)  # fmt: skip
     for r in rows:
         if r.get("what") == "diag_dkdv_alone":
             print(f"  dK/dV kernel alone {r['dkdv']} {r['opts']} {r.get('ms', float('nan')):.3f}", file=sys.stderr)
