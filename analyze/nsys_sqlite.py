@@ -129,7 +129,7 @@ class Export:
             }
             self.columns = {name: {row[1] for row in rows} for name, rows in info.items()}
             self.not_null = {name: {row[1] for row in rows if row[3]} for name, rows in info.items()}
-        except sqlite3.DatabaseError as err:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged schema can yield undecodable errors
             raise InputError(f"{path}: not a readable SQLite database ({err})") from None
         if not any(t in self.columns for t in NSYS_MARKERS):
             raise InputError(
@@ -169,10 +169,13 @@ class Export:
         spec: tuple[tuple[str, ...], tuple[str, ...]],
         where: str = "",
         computed: dict[str, str] | None = None,
+        raw: dict[str, str] | None = None,
     ) -> pd.DataFrame:
-        """Read the spec's integer columns of ``table`` (and ``computed`` ones); NULL and absent columns come back as -1.
+        """Read the spec's integer columns of ``table``; NULL and absent columns come back as -1.
 
-        ``computed`` adds columns by name from SQL expressions, of any type.
+        ``computed`` adds integer columns by name from SQL expressions, ``raw`` columns of any type.
+        A value that is not an integer (text, blob, real) in an integer column raises InputError:
+        SQLite lets any column hold any type, nsys writes integers there.
 
         Large activity tables go through the ADBC SQLite driver when installed
         (columnar Arrow batches, several times faster than building Python
@@ -184,10 +187,27 @@ class Export:
         def present(c: str) -> str:
             return f'"{c}"' if c in not_null else f'coalesce("{c}", {MISSING}) AS "{c}"'
 
-        sql = self._select_sql(table, spec, present, f'{MISSING} AS "{{c}}"', where, computed)
-        if adbc_sqlite() is not None:
-            return self.query_columnar(sql)
-        return self.query(sql).astype(dict.fromkeys((*spec[0], *spec[1]), "int64"))  # computed ones as they come
+        sql = self._select_sql(
+            table, spec, present, f'{MISSING} AS "{{c}}"', where, {**(computed or {}), **(raw or {})}
+        )
+        df = self.query_columnar(sql) if adbc_sqlite() is not None else self.query(sql)
+        return self._integers(df, table, [*spec[0], *spec[1], *(computed or {})])
+
+    def _integers(self, df: pd.DataFrame, table: str, names: list[str]) -> pd.DataFrame:
+        """``df`` with columns ``names`` as int64, or InputError naming the first value that is not an integer.
+
+        A mixed column comes from the ADBC driver as text, bytes or doubles (its integers among
+        them as digits or floats), from sqlite3 as objects or doubles; either way it is refused.
+        """
+        for c in names:
+            col = df[c]
+            if col.dtype.kind in "iu":
+                continue
+            values = col.to_numpy(dtype=object)
+            if len(values):
+                raise self._not_integer(table, c, next((v for v in values if not _integer_like(v)), values[0]))
+            df[c] = col.astype(np.int64)  # no rows: the column's type is whatever the driver guessed
+        return df
 
     def select_soon(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]]) -> Future:
         """``select()`` on a worker thread (see ``soon``)."""
@@ -208,9 +228,26 @@ class Export:
             self.pool = ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 1)))
         return self.pool.submit(fn, *args)
 
-    def select_any(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], where: str = "") -> pd.DataFrame:
-        """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN."""
-        return self.query(self._select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"', where))
+    def select_any(
+        self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], integers: tuple[str, ...] = ()
+    ) -> pd.DataFrame:
+        """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN.
+
+        Columns ``integers`` may hold integers or NULL; any other value raises InputError (as ``select``).
+        """
+        df = self.query(self._select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"', ""))
+        for c in integers:
+            values = df[c].dropna().to_numpy(dtype=object)
+            odd = next((v for v in values if not isinstance(v, int | np.integer | float) or not _integer_like(v)), None)
+            if odd is not None:
+                raise self._not_integer(table, c, odd)
+        return df
+
+    def _not_integer(self, table: str, column: str, value) -> InputError:
+        return InputError(
+            f"{self.path}: {table}.{column} holds {_kind_of_value(value)} where nsys writes integers; "
+            "not a valid nsys export"
+        )
 
     def query_columnar(self, sql: str) -> pd.DataFrame:
         """Run ``sql`` through the ADBC driver into a DataFrame.
@@ -234,7 +271,7 @@ class Export:
             try:
                 cur = self.conn.execute(sql, params)
                 rows = cur.fetchall()
-            except sqlite3.DatabaseError as err:
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
                 raise InputError(f"{self.path}: corrupt or truncated SQLite file ({err})") from None
             return pd.DataFrame.from_records(rows, columns=[d[0] for d in cur.description])
 
@@ -311,8 +348,16 @@ def check_schema_version(path: Path, meta: dict) -> str:
 def _strings(exp: Export) -> pd.Series:
     if not exp.has("StringIds"):
         return pd.Series(dtype=object)
-    df = exp.query("SELECT id, value FROM StringIds")
-    return pd.Series(df["value"].to_numpy(), index=df["id"].to_numpy())
+    missing = {"id", "value"} - exp.columns["StringIds"]
+    if missing:
+        raise InputError(
+            f"{exp.path}: table StringIds lacks column(s) {', '.join(sorted(missing))}; unknown nsys schema"
+        )
+    df = exp.query("SELECT id, value FROM StringIds").drop_duplicates("id")  # ids are unique unless the file is damaged
+    values = df["value"].to_numpy(dtype=object)
+    if not all(isinstance(v, str) for v in values):  # a blob (bytes) or number where nsys writes text
+        values = np.array([v if isinstance(v, str) or v is None else _text(v) for v in values], dtype=object)
+    return pd.Series(values, index=df["id"].to_numpy())
 
 
 def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Categorical:
@@ -434,11 +479,30 @@ def _nvtx_events(exp: Export) -> pd.DataFrame:
     types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
     where = f"WHERE eventType IN ({types})"
     text = 'CAST("text" AS BLOB)' if "text" in exp.columns[table] else "NULL"
-    df = exp.select(table, NVTX_COLUMNS, where=where, computed={"text": text})
+    df = exp.select(table, NVTX_COLUMNS, where=where, raw={"text": text})
     codes, uniq = pd.factorize(df["text"].to_numpy(dtype=object), use_na_sentinel=True)
     decoded = np.array([_text(v) for v in uniq] + [None], dtype=object)
     df["text"] = decoded[codes]  # code -1 (NULL) takes the trailing None
     return df
+
+
+def _integer_like(value) -> bool:
+    """An integer, or an integer as a mixed column renders it (digits, a whole float)."""
+    if isinstance(value, int | np.integer):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray | memoryview) else str(value)
+    return text.removeprefix("-").isdigit()
+
+
+def _kind_of_value(value) -> str:
+    """How an error message names a value found where an integer belongs."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "a blob"
+    if isinstance(value, float):
+        return f"a real number ({value!r})"
+    return f"text ({str(value)[:30]!r})"
 
 
 def _text(value) -> str:
@@ -491,7 +555,7 @@ def read_gpus(exp: Export) -> pd.DataFrame | None:
         (),
         ("id", "name", "smCount", "totalMemory", "memoryBandwidth", "clockRate", "computeMajor", "computeMinor"),
     )
-    df = exp.select_any(table, spec)
+    df = exp.select_any(table, spec, integers=("id", *spec[1][2:]))
     cc = df["computeMajor"].astype(str) + "." + df["computeMinor"].astype(str)
     return pd.DataFrame(
         {
@@ -509,7 +573,7 @@ def read_gpus(exp: Export) -> pd.DataFrame | None:
 def read_threads(exp: Export, strings: pd.Series) -> pd.DataFrame | None:
     if not exp.has("ThreadNames"):
         return None
-    df = exp.select_any("ThreadNames", (("globalTid",), ("nameId",)))
+    df = exp.select("ThreadNames", (("globalTid",), ("nameId",)))
     df["pid"], df["tid"] = pid_of(df["globalTid"]), tid_of(df["globalTid"])
     df["thread_name"] = df["nameId"].map(strings).fillna("")
     df["process_name"] = ""

@@ -43,6 +43,9 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
         rt_pid, op_pid = np.zeros_like(rt_pid), np.zeros_like(op_pid)
     # One integer key per (pid, correlation id) pair, so the join is a lookup instead of a merge.
     pids = pd.Index(pd.unique(rt_pid))
+    if int(rt_cid.max()) >= 2**31:  # ids too large to pack with a pid (a damaged export): number them densely
+        ids = np.unique(np.concatenate([rt_cid, op_cid[op_cid >= 0]]))
+        rt_cid, op_cid = np.searchsorted(ids, rt_cid), np.where(op_cid >= 0, np.searchsorted(ids, op_cid), -1)
     stride = int(rt_cid.max()) + 1
     if len(pids) == 1:  # one process: the correlation id is the key
         rt_key, op_pid_code = rt_cid, np.where(op_pid == pids[0], 0, -1)

@@ -254,3 +254,60 @@ def test_bad_input_is_one_clear_error(case, tmp_path):
     with pytest.raises(InputError) as err:
         read_nsys_sqlite(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("adbc", [True, False])
+@pytest.mark.parametrize(
+    ("table", "column", "value", "says"),
+    [
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "start", "X'ff00fe'", "holds a blob"),
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName", "'volta'", "holds text ('volta')"),
+        ("NVTX_EVENTS", "end", "1.5", "holds a real number (1.5)"),
+    ],
+)
+def test_non_integer_values_are_one_clear_error(table, column, value, says, adbc, tmp_path, monkeypatch):
+    """SQLite lets an INTEGER column hold text, blobs and reals; a value nsys never writes there is refused,
+    not turned into a traceback or (doubles) into rounded timestamps."""
+    path = _old_schema_export(tmp_path)
+    con = sqlite3.connect(path)
+    con.execute(f'UPDATE {table} SET "{column}" = {value} WHERE rowid = 2')
+    con.commit()
+    con.close()
+    if not adbc:
+        monkeypatch.setattr("analyze.nsys_sqlite.adbc_sqlite", lambda: None)
+    with pytest.raises(InputError) as err:
+        read_nsys_sqlite(path)
+    assert f"{table}.{column} {says} where nsys writes integers" in str(err.value)
+
+
+def test_damaged_string_table_still_names_kernels(tmp_path):
+    """StringIds with a repeated id (first wins, as a lookup by id finds it) and a blob name (decoded, replaced)."""
+    path = _old_schema_export(tmp_path)
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        DROP TABLE StringIds;
+        CREATE TABLE StringIds(id INT, value TEXT);
+        INSERT INTO StringIds VALUES (1, 'volta_sgemm_128x64_nn'), (1, 'later'), (2, X'6375646180');
+        """
+    )
+    con.commit()
+    con.close()
+    trace = read_nsys_sqlite(path)
+    assert list(trace.kernels["name"].astype(str)) == ["volta_sgemm_128x64_nn"] * 2
+    assert set(trace.runtime["name"].astype(str)) == {"cuda\ufffd"}
+
+
+def test_gpu_table_with_text_in_an_integer_column_is_one_clear_error(tmp_path):
+    path = _old_schema_export(tmp_path)
+    con = sqlite3.connect(path)
+    con.executescript(
+        """
+        CREATE TABLE TARGET_INFO_GPU(id INT, name TEXT, smCount INT, totalMemory INT);
+        INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100', 132, NULL), (1, 'NVIDIA H100', 'many', 80);
+        """
+    )
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match=r"TARGET_INFO_GPU.smCount holds text \('many'\) where nsys writes integers"):
+        read_nsys_sqlite(path)

@@ -69,6 +69,19 @@ def test_launches_same_on_either_join(monkeypatch, sparse, processes):
     assert len(default) > 100
 
 
+@pytest.mark.parametrize("processes", [1, 2])
+def test_launches_with_correlation_ids_too_large_to_pack(processes):
+    """A damaged export can carry ids near 2**63: the (pid, id) key must not overflow, matches stay exact."""
+    ops, runtime = random_trace(np.random.default_rng(2), processes=processes)
+    big = np.iinfo(np.int64).max - int(runtime["correlation_id"].max())  # the largest id is 2**63 - 1
+    for df in (ops, runtime):
+        df["correlation_id"] = np.where(df["correlation_id"] >= 0, df["correlation_id"] + big, -1)
+    got = launches(ops, runtime)
+    op_rows, runtime_rows = reference_launches(ops, runtime)
+    assert got["op_row"].tolist() == op_rows and len(op_rows) > 100
+    assert got["launch_start_ns"].tolist() == runtime["start_ns"].to_numpy()[runtime_rows].tolist()
+
+
 def reference_launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> tuple[list[int], list[int]]:
     """Matched op rows and their runtime rows: first runtime row with the op's (pid, correlation id)."""
     first: dict[tuple[int, int], int] = {}
