@@ -203,9 +203,13 @@ class Export:
             col = df[c]
             if col.dtype.kind in "iu":
                 continue
-            values = col.to_numpy(dtype=object)
+            try:
+                values = col.to_numpy(dtype=object)
+            except Exception:  # noqa: BLE001 - Arrow refuses a text column with invalid UTF-8, in its own error type
+                raise self._not_integer(table, c, "text that is not valid UTF-8") from None
             if len(values):
-                raise self._not_integer(table, c, next((v for v in values if not _integer_like(v)), values[0]))
+                odd = next((v for v in values if not _integer_like(v)), values[0])
+                raise self._not_integer(table, c, _kind_of_value(odd))
             df[c] = col.astype(np.int64)  # no rows: the column's type is whatever the driver guessed
         return df
 
@@ -240,13 +244,12 @@ class Export:
             values = df[c].dropna().to_numpy(dtype=object)
             odd = next((v for v in values if not isinstance(v, int | np.integer | float) or not _integer_like(v)), None)
             if odd is not None:
-                raise self._not_integer(table, c, odd)
+                raise self._not_integer(table, c, _kind_of_value(odd))
         return df
 
-    def _not_integer(self, table: str, column: str, value) -> InputError:
+    def _not_integer(self, table: str, column: str, what: str) -> InputError:
         return InputError(
-            f"{self.path}: {table}.{column} holds {_kind_of_value(value)} where nsys writes integers; "
-            "not a valid nsys export"
+            f"{self.path}: {table}.{column} holds {what} where nsys writes integers; not a valid nsys export"
         )
 
     def query_columnar(self, sql: str) -> pd.DataFrame:
