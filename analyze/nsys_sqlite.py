@@ -232,20 +232,9 @@ class Export:
             self.pool = ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 1)))
         return self.pool.submit(fn, *args)
 
-    def select_any(
-        self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]], integers: tuple[str, ...] = ()
-    ) -> pd.DataFrame:
-        """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN.
-
-        Columns ``integers`` may hold integers or NULL; any other value raises InputError (as ``select``).
-        """
-        df = self.query(self._select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"', ""))
-        for c in integers:
-            values = df[c].dropna().to_numpy(dtype=object)
-            odd = next((v for v in values if not isinstance(v, int | np.integer | float) or not _integer_like(v)), None)
-            if odd is not None:
-                raise self._not_integer(table, c, _kind_of_value(odd))
-        return df
+    def select_any(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]]) -> pd.DataFrame:
+        """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN."""
+        return self.query(self._select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"', ""))
 
     def _not_integer(self, table: str, column: str, what: str) -> InputError:
         return InputError(
@@ -558,7 +547,9 @@ def read_gpus(exp: Export) -> pd.DataFrame | None:
         (),
         ("id", "name", "smCount", "totalMemory", "memoryBandwidth", "clockRate", "computeMajor", "computeMinor"),
     )
-    df = exp.select_any(table, spec, integers=("id", *spec[1][2:]))
+    df = exp.select_any(table, spec)
+    for c in ("id", *spec[1][2:]):  # descriptive numbers: an odd value is left out (as NULL), not fatal
+        df[c] = pd.to_numeric(df[c], errors="coerce")
     cc = df["computeMajor"].astype(str) + "." + df["computeMinor"].astype(str)
     return pd.DataFrame(
         {
