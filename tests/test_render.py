@@ -45,3 +45,19 @@ def test_html_figure_is_plain_plotly_json_with_display_units():
     assert page.count("Plotly.newPlot(") == 1 and '</script>"' not in page
     data = json.loads(re.search(r'Plotly\.newPlot\("[^"]+", (\[.*?\]), \{', page).group(1))
     assert data[0]["x"] == ["gemm", "</script>", "softmax"] and data[0]["y"] == [2.5, 1.0, None]
+
+
+def test_html_is_the_same_bytes_each_time_with_unique_chart_ids():
+    """Chart ids are numbered, not random: the same report renders to the same page (diffable, reproducible)."""
+    import re
+
+    from profiler_kit.render.html import render_html
+    from profiler_kit.report import Figure, Report, Section
+
+    df = pd.DataFrame({"kernel": ["gemm", "softmax"], "total_ns": [2_000, 1_000]})
+    fig = Figure("Top", df, "bar", x="kernel", y="total_ns", key="top")
+    rep = Report("t", sections=[Section("a", figures=[fig, fig]), Section("b", sections=[Section("c", figures=[fig])])])
+    page = render_html(rep)
+    ids = re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)
+    assert ids == ["chart-1", "chart-2", "chart-3"] and page == render_html(rep)
+    assert page.count("window.PlotlyConfig") == 1  # plotly.js inlined once, with the first chart

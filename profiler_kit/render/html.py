@@ -13,7 +13,6 @@ import html
 import importlib.util
 import json
 import re
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -100,9 +99,13 @@ def script_json(value) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("/", "\\u002f")
 
 
-def figure_div(fig: Figure, include_plotlyjs: bool) -> str:
-    """One chart as the ``<div>`` plotly.io.to_html(full_html=False) writes (plotly.js inline when asked)."""
-    spec, div_id = figure_json(fig), str(uuid.uuid4())
+def figure_div(fig: Figure, include_plotlyjs: bool, div_id: str = "chart-1") -> str:
+    """One chart as the ``<div>`` plotly.io.to_html(full_html=False) writes (plotly.js inline when asked).
+
+    ``div_id`` must be unique in the page; numbered in order (not random) so that the same
+    report renders to the same bytes.
+    """
+    spec = figure_json(fig)
     load = ""
     if include_plotlyjs:
         plotlyjs = (plotly_package_data() / "plotly.min.js").read_text(encoding="utf-8")
@@ -131,7 +134,8 @@ def _para(text: str) -> str:
     return "<p>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text)) + "</p>"
 
 
-def _section(sec: Section, level: int, first_plot: list[bool]) -> list[str]:
+def _section(sec: Section, level: int, charts: list[int]) -> list[str]:
+    """The section as HTML parts; ``charts`` holds the number of charts written so far (plotly.js goes with the first)."""
     h = min(level, 6)
     out = [f"<h{h}>{html.escape(sec.title)}</h{h}>"]
     out += [_para(p) for p in sec.text]
@@ -140,10 +144,10 @@ def _section(sec: Section, level: int, first_plot: list[bool]) -> list[str]:
         if t.note:
             out.append(f"<p class='note'>{html.escape(t.note)}</p>")
     for f in sec.figures:
-        out.append(figure_div(f, include_plotlyjs=first_plot[0]))
-        first_plot[0] = False
+        charts[0] += 1
+        out.append(figure_div(f, include_plotlyjs=charts[0] == 1, div_id=f"chart-{charts[0]}"))
     for sub in sec.sections:
-        out += _section(sub, level + 1, first_plot)
+        out += _section(sub, level + 1, charts)
     return out
 
 
@@ -151,9 +155,9 @@ def render_html(report: Report) -> str:
     """The whole report as one HTML page with embedded plotly.js."""
     body = [f"<h1>{html.escape(report.title)}</h1>"]
     body += [_para(p) for p in report.text]
-    first_plot = [True]
+    charts = [0]
     for sec in report.sections:
-        body += _section(sec, 2, first_plot)
+        body += _section(sec, 2, charts)
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(report.title)}</title><style>{_STYLE}</style></head>"
