@@ -10,16 +10,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from analyze.errors import InputError
+from analyze.results import NUMBER, row_problem
 from profiler_kit.output import render_report_files, write_files
 from profiler_kit.report import Figure, Report, Section, Table
 
 TIME_COLS = {"fwd_ms": "fwd_ns", "bwd_ms": "bwd_ns", "fwd_bwd_ms": "fwd_bwd_ns"}
 RATE_COLS = ["fwd_tflops", "bwd_tflops", "fwd_bwd_tflops"]
+BENCH_FIELDS = {  # the fields of a timing row (workloads.attention_bench) this report reads; "?": may be absent or null
+    **dict.fromkeys(("impl", "status", "dtype"), str),
+    **dict.fromkeys(("batch", "heads", "seq", "d_head"), int),
+    "causal": bool,
+    **dict.fromkeys([f"{c}?" for c in (*TIME_COLS, *RATE_COLS, "warmup_ms", "rep_ms")], NUMBER),
+    "mem_before_bwd_bytes?": int,
+    "device?": str,
+}
 
 
 def read_bench_jsonl(paths: list[Path]) -> pd.DataFrame:
@@ -37,7 +47,10 @@ def read_bench_jsonl(paths: list[Path]) -> pd.DataFrame:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 raise InputError(f"{path}:{i}: not a JSON line") from None
-            if "status" in row and "impl" in row:
+            if isinstance(row, dict) and "status" in row and "impl" in row:  # other rows (checks) are skipped
+                problem = row_problem(row, BENCH_FIELDS)
+                if problem:
+                    raise InputError(f"{path}:{i}: {problem}")
                 rows.append({**row, "source": Path(path).name})
     if not rows:
         raise InputError("no benchmark rows (with impl and status) in " + ", ".join(map(str, paths)))
@@ -104,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stem", default="attention")
     p.add_argument("--note", default="", help="a paragraph for the report (e.g. the command that ran)")
     args = p.parse_args(argv)
-    report = build_attention_report(read_bench_jsonl(args.jsonl), args.note)
+    try:
+        report = build_attention_report(read_bench_jsonl(args.jsonl), args.note)
+    except InputError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 2
     for path in write_files(args.out_dir, render_report_files(report, args.stem)):
         print(f"wrote {path}")
     return 0

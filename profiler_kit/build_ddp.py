@@ -29,7 +29,7 @@ from analyze.ranks import (
     summarize_steps,
     with_ranks,
 )
-from analyze.results import read_jsonl
+from analyze.results import ALLREDUCE_FIELDS, DDP_STEP_FIELDS, read_jsonl
 from analyze.tables import Trace
 from profiler_kit.report import Figure, Report, Section, Table, slug
 
@@ -63,10 +63,10 @@ def load_ddp_inputs(folder: Path) -> DdpInputs:
     out = DdpInputs()
     ar = sorted(folder.rglob("allreduce_*.jsonl"))
     if ar:
-        out.allreduce = pd.concat([read_jsonl(p) for p in ar], ignore_index=True)
+        out.allreduce = pd.concat([read_jsonl(p, ALLREDUCE_FIELDS) for p in ar], ignore_index=True)
     ddp = sorted({*folder.rglob("ddp_*.jsonl"), *folder.rglob("ddp.jsonl")})
     if ddp:
-        out.ddp = pd.concat([read_jsonl(p) for p in ddp], ignore_index=True)
+        out.ddp = pd.concat([read_jsonl(p, DDP_STEP_FIELDS) for p in ddp], ignore_index=True)
     per_rank: dict[str, dict[int, Path]] = {}
     for p in sorted(folder.rglob("*_rank*.json*")):
         m = RANK_FILE.match(p.name)

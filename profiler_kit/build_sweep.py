@@ -8,7 +8,6 @@ Cells that ran out of memory stay in the tables as status "oom" with no times.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from analyze.flops import (
     step_flops,
 )
 from analyze.projection import launches, project_nvtx, summarize_projection
+from analyze.results import CALIBRATION_FIELDS, RUN_FIELDS, read_json_fields
 from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
 
@@ -53,7 +53,7 @@ def load_runs(run_dirs) -> list[dict]:
     for d in map(Path, run_dirs):
         f = d / "run.json"
         if f.exists():
-            metas.append({**json.loads(f.read_text()), "_dir": d})
+            metas.append({**read_json_fields(f, RUN_FIELDS), "_dir": d})
     return sorted(metas, key=_order)
 
 
@@ -221,7 +221,7 @@ def find_calibration(meta: dict, roots=()) -> tuple[dict | None, str]:
     for folder in (run_dir, *run_dir.parents):
         f = folder / CALIBRATION_FILE
         if f.is_file():
-            cal = json.loads(f.read_text())
+            cal = read_json_fields(f, CALIBRATION_FIELDS)
             if cal.get("device") == device:
                 return cal, str(shown / f.relative_to(stop))
         if folder == stop:

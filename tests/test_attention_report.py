@@ -37,3 +37,16 @@ def test_bad_jsonl_is_input_error(tmp_path):
         read_bench_jsonl([path])
     with pytest.raises(InputError, match="cannot read"):
         read_bench_jsonl([tmp_path / "missing.jsonl"])
+
+
+def test_timing_rows_with_missing_or_odd_fields_are_one_clear_error(tmp_path, capsys):
+    from profiler_kit.attention_report import main
+
+    row = {"impl": "triton", "status": "ok", "dtype": "bfloat16", "batch": 1, "heads": 16, "seq": 128, "d_head": 64}
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps({**row, "causal": True, "fwd_ms": "fast"}) + "\n")
+    with pytest.raises(InputError, match=r"x.jsonl:1: fwd_ms should be a number, found 'fast'"):
+        read_bench_jsonl([path])
+    path.write_text(json.dumps(row) + "\n")
+    assert main([str(path), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"Error: {path}:1: no causal\n" and not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from analyze.errors import InputError
 from analyze.flops import forward_flops
 from profiler_kit import run as run_mod
 from profiler_kit import sweep as sweep_mod
@@ -141,3 +142,27 @@ def test_attention_runs_are_told_apart_in_the_sweep_tables():
     timing = next(t for s in sections for t in s.tables if t.title.startswith("Forward, backward"))
     sizes = list(timing.df["size"])
     assert sorted(sizes) == sorted(f"attention {i} d{d} h16 b1" for i in ("sdpa", "triton") for d in (64, 128))
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda text: text[: len(text) // 2], "not JSON"),
+        (lambda text: "[]", "the file should be a JSON object, found []"),
+        (lambda text: text.replace('"ctx": 64', '"ctx": "64"'), "spec.ctx should be an integer, found '64'"),
+        (lambda text: text.replace('"spec": {', '"spec": null, "x": {'), "spec should be a JSON object, found None"),
+    ],
+)
+def test_damaged_run_json_is_one_clear_error(tmp_path, edit, says):
+    """A run folder whose run.json was cut short or edited: the report names the file and the field."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "nsys", run)
+    (run / "run.json").write_text(edit((run / "run.json").read_text()))
+    with pytest.raises(InputError, match=re.escape(f"{run / 'run.json'}: ") + ".*" + re.escape(says)):
+        load_runs(find_run_dirs([tmp_path]))
+
+
+def test_calibration_with_odd_values_is_one_clear_error(tmp_path):
+    (tmp_path / "calibration.json").write_text(json.dumps({"device": "cpu", "gemm": {"fp32": {"tflops": "fast"}}}))
+    with pytest.raises(InputError, match=r"gemm.fp32.tflops should be a number, found 'fast'"):
+        find_calibration({"gpu": None, "_dir": tmp_path})

@@ -227,6 +227,21 @@ def test_ddp_report_cli_bad_folder(tmp_path):
     (tmp_path / "allreduce_x.jsonl").write_text('{"backend": "gloo"\n')
     res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path)])
     assert res.exit_code == 2 and "not JSON" in res.output
+    ar = {
+        "backend": "gloo",
+        "world_size": 2,
+        "size_bytes": "1 MiB",
+        "time_s_median": 0.002,
+        "iters": 3,
+        "device": "cpu",
+    }
+    (tmp_path / "allreduce_x.jsonl").write_text(json.dumps(ar) + "\n")
+    res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path)])
+    assert res.exit_code == 2 and "allreduce_x.jsonl:1: no algbw_bytes_per_s, busbw_bytes_per_s" in res.output
+    ar |= {"algbw_bytes_per_s": 1e9, "busbw_bytes_per_s": 1e9}
+    (tmp_path / "allreduce_x.jsonl").write_text(json.dumps(ar) + "\n")
+    res = CliRunner().invoke(cli, ["ddp-report", str(tmp_path)])
+    assert res.exit_code == 2 and "size_bytes should be an integer, found '1 MiB'" in res.output
 
 
 def test_ddp_report_from_jsonl(tmp_path):
