@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.errors import InputError
+from analyze.results import fields_problem
 from analyze.tables import MEMORY_BLOCKS, MEMORY_EVENTS, MEMORY_SEGMENTS, MEMORY_STACKS, empty, validate
 
 # Frames skipped when looking for the first user-code frame (first match wins).
@@ -102,15 +103,20 @@ def snapshot_stem(path: Path) -> str:
     return name
 
 
+# The sidecar fields the memory report reads ("?": may be absent or null; see analyze.results.RUN_FIELDS).
+SIDECAR_FIELDS = dict.fromkeys(("max_memory_allocated?", "parameter_bytes?", "parameters_bytes?", "param_bytes?"), int)
+
+
 def read_sidecar(path: Path) -> dict:
-    """Run metadata beside a snapshot: ``<stem>.json``, else ``run.json``; {} when none or unreadable."""
+    """Run metadata beside a snapshot: ``<stem>.json``, else ``run.json``; {} when none, unreadable or
+    with SIDECAR_FIELDS of other types (the metadata is optional context, not worth refusing the snapshot)."""
     for cand in (path.with_name(snapshot_stem(path) + ".json"), path.with_name("run.json")):
         if cand.is_file():
             try:
                 data = json.loads(cand.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-            if isinstance(data, dict):
+            if isinstance(data, dict) and fields_problem(data, SIDECAR_FIELDS) is None:
                 return {"sidecar_path": str(cand), **data}
     return {}
 

@@ -31,7 +31,7 @@ def read_jsonl(path: str | Path, fields: dict | None = None) -> pd.DataFrame:
             raise InputError(f"{path}:{i}: not JSON ({err.msg}); a truncated results file?") from None
         if not isinstance(row, dict):
             raise InputError(f"{path}:{i}: expected one JSON object per line")
-        problem = row_problem(row, fields or {})
+        problem = fields_problem(row, fields or {})
         if problem:
             raise InputError(f"{path}:{i}: {problem}")
         rows.append(row)
@@ -40,31 +40,30 @@ def read_jsonl(path: str | Path, fields: dict | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# The fields of run.json and calibration.json that reports read, with their JSON types. A key ending in "?"
-# may also be null; "*" stands for any key. Other fields are not checked; absent ones are fine.
+# The fields of the result files that reports read, with their JSON types. A key without "?" must be there
+# (when its parent is); one ending in "?" may be absent or null. "*" stands for any key, [fields] for a list of
+# such items. Other fields are not checked.
 NUMBER = (int, float)
-PHASE_STATS = {"n?": int, "mean?": NUMBER, "std?": NUMBER, "min?": NUMBER, "max?": NUMBER}
-TIMING = {"phases": {"*": PHASE_STATS}}
-CALIBRATION_FIELDS = {"device": str, "gemm": {"*": {"tflops": NUMBER}}, "copy": {"bytes_per_s": NUMBER}}
+PHASE_STATS = dict.fromkeys(("n?", "mean?", "std?", "min?", "max?"), NUMBER)
+TIMING = {"phases?": {"*": PHASE_STATS}}
+CALIBRATION_FIELDS = {"device?": str, "gemm?": {"*": {"tflops?": NUMBER}}, "copy?": {"bytes_per_s?": NUMBER}}
 RUN_FIELDS = {
     "run_id": str,
     "status": str,
-    "backend": str,
+    "backend?": str,
     "max_memory_allocated_bytes?": int,
     "spec": {
-        **dict.fromkeys(("workload", "size", "attention", "mode", "precision", "device"), str),
-        **dict.fromkeys(("ctx", "batch", "heads", "d_head", "steps", "warmup"), int),
-        **dict.fromkeys(("fused_adamw", "compile"), bool),
+        **dict.fromkeys(("workload?", "size?", "attention?", "mode?", "precision?", "device?"), str),
+        **dict.fromkeys(("ctx?", "batch?", "heads?", "d_head?", "steps?", "warmup?"), int),
+        **dict.fromkeys(("fused_adamw?", "compile?"), bool),
     },
     "unprofiled?": TIMING,
     "profiled?": TIMING,
-    "gpu?": {"name": str},
+    "gpu?": {"name?": str},
     "matmul?": {"allow_tf32?": bool},
-    "model?": dict.fromkeys(("vocab", "d_model", "d_ff", "layers", "heads", "d_head", "batch", "ctx"), int),
+    "model?": {**dict.fromkeys(("vocab", "d_model", "d_ff", "layers", "heads", "batch", "ctx"), int), "d_head?": int},
     "calibration?": CALIBRATION_FIELDS,
 }
-
-
 ALLREDUCE_FIELDS = {
     **dict.fromkeys(("backend", "device"), str),
     **dict.fromkeys(("world_size", "size_bytes", "iters", "gpus_on_host?"), int),
@@ -79,12 +78,6 @@ DDP_STEP_FIELDS = {
 }
 
 
-def row_problem(row: dict, fields: dict) -> str | None:
-    """What makes a results row not match ``fields``: a missing key (those without "?") or a value of another type."""
-    missing = [k for k in fields if not k.endswith("?") and k != "*" and k not in row]
-    return f"no {', '.join(missing)}" if missing else _type_problem(row, fields, "")
-
-
 def read_json_fields(path: str | Path, fields: dict) -> dict:
     """A JSON object from ``path`` whose ``fields`` have their types (see RUN_FIELDS); else InputError."""
     path = Path(path)
@@ -94,18 +87,18 @@ def read_json_fields(path: str | Path, fields: dict) -> dict:
         raise InputError(f"{path}: cannot read ({err.strerror or err})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InputError(f"{path}: not JSON ({getattr(err, 'msg', err)}); a truncated file?") from None
-    problem = _type_problem(data, fields, "")
+    problem = fields_problem(data, fields, "")
     if problem:
         raise InputError(f"{path}: {problem}")
     return data
 
 
-def _type_problem(value, fields, where: str) -> str | None:
-    """What in ``value`` does not match ``fields`` (a type, a tuple of types or a dict of fields), or None."""
+def fields_problem(value, fields, where: str = "") -> str | None:
+    """What in ``value`` does not match ``fields`` (see RUN_FIELDS): a missing key or a value of another type; or None."""
     if isinstance(fields, list):  # [item fields]: a list of such items
         if not isinstance(value, list):
             return f"{where} should be a list, found {value!r:.40}"
-        return next((p for i, v in enumerate(value) if (p := _type_problem(v, fields[0], f"{where}[{i}]"))), None)
+        return next((p for i, v in enumerate(value) if (p := fields_problem(v, fields[0], f"{where}[{i}]"))), None)
     if not isinstance(fields, dict):
         types = fields if isinstance(fields, tuple) else (fields,)
         if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
@@ -114,11 +107,14 @@ def _type_problem(value, fields, where: str) -> str | None:
         return f"{where} should be {name}, found {value!r:.40}"
     if not isinstance(value, dict):
         return f"{where or 'the file'} should be a JSON object, found {value!r:.40}"
+    missing = [k for k in fields if k != "*" and not k.endswith("?") and k not in value]
+    if missing:
+        return f"{where + ' has ' if where else ''}no {', '.join(missing)}"
     for key, item in value.items():
         spec = fields.get(key, fields.get(f"{key}?", fields.get("*")))
         if spec is None or (item is None and f"{key}?" in fields):
             continue
-        problem = _type_problem(item, spec, f"{where}.{key}".lstrip("."))
+        problem = fields_problem(item, spec, f"{where}.{key}".lstrip("."))
         if problem:
             return problem
     return None

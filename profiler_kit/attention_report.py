@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from analyze.errors import InputError
-from analyze.results import NUMBER, row_problem
+from analyze.results import NUMBER, fields_problem
 from profiler_kit.output import render_report_files, write_files
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -48,7 +48,7 @@ def read_bench_jsonl(paths: list[Path]) -> pd.DataFrame:
             except json.JSONDecodeError:
                 raise InputError(f"{path}:{i}: not a JSON line") from None
             if isinstance(row, dict) and "status" in row and "impl" in row:  # other rows (checks) are skipped
-                problem = row_problem(row, BENCH_FIELDS)
+                problem = fields_problem(row, BENCH_FIELDS)
                 if problem:
                     raise InputError(f"{path}:{i}: {problem}")
                 rows.append({**row, "source": Path(path).name})

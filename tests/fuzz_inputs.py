@@ -4,12 +4,15 @@ Run by hand after changing a reader (pytest does not collect it):
 
     python tests/fuzz_inputs.py --seed 1 --cases 60            # inputs from ../shared/data
     python tests/fuzz_inputs.py --data tests/data --cases 30   # the committed fixtures
+    python tests/fuzz_inputs.py --folders --cases 40           # committed record folders (run.json, JSONL)
 
 Each case copies one input, damages it and runs a profiler-kit command on it in a fresh process.
 Damage: SQLite exports get SQL edits (a table or column dropped; NULL, text, blob, real, huge or
 negative values; rows deleted or duplicated), random bytes, a zeroed page or a cut; Kineto traces get
 keys dropped or given wrong types, NaN, negative durations, shuffled or no events, or a cut; memory
-snapshots get fields dropped or changed (re-pickled as plain data), random bytes or a cut.
+snapshots get fields dropped or changed (re-pickled as plain data), random bytes or a cut. With
+``--folders``, copies of committed record folders get one run.json, calibration.json or JSONL file cut
+or its fields dropped or changed, and ``report`` or ``ddp-report`` reads the folder.
 A case passes when the command exits 0, or exits 2 with one ``Error:`` line and no output written.
 Anything else (a traceback, another exit code, a timeout) prints as BAD with the damaged file kept.
 """
@@ -161,13 +164,58 @@ COMMANDS = {
 }
 
 
+FOLDERS = {  # committed record folders and the command that reads each
+    "examples": "report",
+    "benchmarks/results/attention/run10_rec": "report",
+    "reports/sweep": "report",
+    "reports/ddp": "ddp-report",
+}
+
+
+def damage_json_file(rng: random.Random, path: Path) -> str:
+    """Cut ``path`` (JSON or JSON Lines) short, or damage the fields of one of its objects."""
+    text = path.read_text()
+    if rng.random() < 0.2:
+        path.write_text(text[: rng.randrange(len(text))])
+        return "cut short"
+    if path.suffix == ".json":
+        doc = json.loads(text)
+        how = damage_fields(rng, doc)
+        path.write_text(json.dumps(doc))
+        return how
+    lines = text.splitlines()
+    i = rng.choice([k for k, line in enumerate(lines) if line.strip()])
+    row = json.loads(lines[i])
+    how = damage_fields(rng, row)
+    lines[i] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+    return f"{how} in line {i + 1}"
+
+
+def run_folder_case(src: Path, folder: Path, rng: random.Random) -> str:
+    dst = folder / src.name
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.html", "*.md"))
+    target = rng.choice(sorted(f for f in dst.rglob("*") if f.suffix in (".json", ".jsonl")))
+    what = damage_json_file(rng, target)
+    return check(
+        [FOLDERS[str(src.relative_to(ROOT))], str(dst), "-o", str(folder / "out")],
+        folder / "out",
+        f"{FOLDERS[str(src.relative_to(ROOT))]} on {target.relative_to(folder)}, {what}",
+        dst,
+    )
+
+
 def run_case(src: Path, folder: Path, rng: random.Random) -> str:
     dst = folder / src.name
     what = rng.choice(DAMAGE[src.suffix])(rng, src, dst)
     out = folder / "out"
     args = [a.format(out=out) for a in rng.choice(COMMANDS[src.suffix])]
-    cmd = [sys.executable, "-m", "profiler_kit", args[0], str(dst), *args[1:]]
-    label = f"{args[0]} on {src.name[:40]}, {what}"
+    return check([args[0], str(dst), *args[1:]], out, f"{args[0]} on {src.name[:40]}, {what}", dst)
+
+
+def check(args: list[str], out: Path, label: str, dst: Path) -> str:
+    """Run ``profiler-kit args``; ok when it works, or fails with one Error line and nothing in ``out``."""
+    cmd = [sys.executable, "-m", "profiler_kit", *args]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
@@ -185,12 +233,18 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cases", type=int, default=60)
     p.add_argument("--max-mib", type=float, default=5, help="Skip inputs larger than this.")
+    p.add_argument("--folders", action="store_true", help="Damage committed record folders instead (FOLDERS).")
     args = p.parse_args()
-    inputs = sorted(
-        f
-        for suffix in ("*.sqlite", "*.json.gz", "*.pickle")
-        for f in args.data.rglob(suffix)
-        if f.stat().st_size <= args.max_mib * 2**20
+    run = run_folder_case if args.folders else run_case
+    inputs = (
+        [ROOT / f for f in FOLDERS if (ROOT / f).is_dir()]
+        if args.folders
+        else sorted(
+            f
+            for suffix in ("*.sqlite", "*.json.gz", "*.pickle")
+            for f in args.data.rglob(suffix)
+            if f.stat().st_size <= args.max_mib * 2**20
+        )
     )
     if not inputs:
         print(f"no inputs under {args.data}", file=sys.stderr)
@@ -201,7 +255,7 @@ def main() -> int:
     for _, folder, _ in plans:
         folder.mkdir()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = list(pool.map(lambda plan: run_case(*plan), plans))
+        results = list(pool.map(lambda plan: run(*plan), plans))
     print("\n".join(results))
     bad = sum(r.startswith("BAD") for r in results)
     print(f"{len(results) - bad} of {len(results)} cases ok; damaged files in {work}")

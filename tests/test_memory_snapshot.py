@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import json
 import os
 import pickle
 
@@ -110,6 +111,15 @@ def test_known_snapshot_tables(tmp_path):
     assert snap.segments["total_size_bytes"].sum() == 22 * 2**20
     assert set(snap.blocks["state"].astype(str)) == {"inactive", "active_allocated"}
     assert snap.devices() == [0]
+
+
+@pytest.mark.parametrize(("value", "kept"), [(123, True), ([1], False), ("12 GB", False)])
+def test_sidecar_with_odd_fields_is_left_out(tmp_path, value, kept):
+    """The JSON beside a snapshot is optional context: with a field of another type it is ignored, not fatal."""
+    path = write(tmp_path / "s.pickle", known_peak_snapshot())
+    (tmp_path / "s.json").write_text(json.dumps({"max_memory_allocated": value, "precision": "bf16"}))
+    sidecar = read_memory_snapshot(path).meta["sidecar"]
+    assert (sidecar.get("max_memory_allocated") == value) == kept and (sidecar == {}) != kept
 
 
 def test_format_variations(tmp_path):
