@@ -409,6 +409,15 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
     with ThreadPoolExecutor(max_workers=1) as pool:
         side = pool.submit(op_and_phase_tables, trace, ops, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
+        # The (range, kernel) tables go to the second thread too, once its first job is done: they need
+        # only the pairs, and the range tables below keep this thread busy meanwhile.
+        pair_tables = {
+            "range_kernels": lambda: summarize_range_kernels(attributed),
+            "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
+        }
+        side_pairs = pool.submit(
+            lambda: {name: summarize() for name, summarize in pair_tables.items() if name in tables}
+        )
         projection = summarize_projection(trace.nvtx, attributed)
         kernel_time = range_kernel_time(trace.nvtx, attributed)
         summaries = {  # each table, computed only when asked for
@@ -416,11 +425,10 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
             "range_groups": lambda: summarize_ranges(
                 trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
             ),
-            "range_kernels": lambda: summarize_range_kernels(attributed),
-            "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
         side_tables, phases, window = side.result()
+        out |= side_pairs.result()
     out |= side_tables | {"ops": ops, "attributed": attributed, "projection": projection}
     if "phases" in tables:
         out["phases"] = summarize_phases(phases, attributed, window)
