@@ -347,7 +347,7 @@ def _strings(exp: Export) -> pd.Series:
         )
     df = exp.query("SELECT id, value FROM StringIds").drop_duplicates("id")  # ids are unique unless the file is damaged
     values = df["value"].to_numpy(dtype=object)
-    if not all(isinstance(v, str) for v in values):  # a blob (bytes) or number where nsys writes text
+    if pd.api.types.infer_dtype(values, skipna=True) not in ("string", "empty"):  # a blob or number, not text
         values = np.array([v if isinstance(v, str) or v is None else _text(v) for v in values], dtype=object)
     return pd.Series(values, index=df["id"].to_numpy())
 
@@ -484,8 +484,7 @@ def _integer_like(value) -> bool:
         return True
     if isinstance(value, float):
         return value.is_integer()
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray | memoryview) else str(value)
-    return text.removeprefix("-").isdigit()
+    return _text(value).removeprefix("-").isdigit()
 
 
 def _kind_of_value(value) -> str:
