@@ -138,3 +138,21 @@ def test_triton_forward_head_groups(head_group, causal):
     ref = reference_attention(q, k, v, causal, torch.zeros_like(q))
     torch.testing.assert_close(o.double(), ref["o"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lse.double(), ref["L"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["tma", "atomic", "two_kernel"])
+def test_triton_backward_of_sum_and_strided_grads(mode):
+    """dO with any strides: the expanded gradient of ``o.sum()`` and a transposed one (copied by the D kernel)."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 37, 16, generator=gen, requires_grad=True) for _ in range(3))
+    FlashAttention2Triton.apply(q, k, v, True, mode).sum().backward()
+    ref = reference_attention(q, k, v, True, torch.ones(1, 2, 37, 16))
+    for name, got in [("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
+        torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    q3, k3, v3 = (t.detach()[0] for t in (q, k, v))
+    do = torch.randn(2, 16, 37, generator=gen).transpose(1, 2)  # (2, 37, 16), not contiguous
+    o, lse = forward_kernels(q3, k3, v3, True)
+    grads = backward_kernels(do, q3, k3, v3, o, lse, True, mode)
+    ref = reference_attention(q3, k3, v3, True, do.contiguous())
+    for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
+        torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
