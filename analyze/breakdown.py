@@ -282,8 +282,7 @@ def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = Fa
     ranges, kernels = pd.Categorical(attributed["range"])[kern], pd.Categorical(attributed["name"])[kern]
     if group_emit_nvtx:  # rename the categories, not the rows: one regex per distinct label
         base_codes, bases = pd.factorize(base_range_names(pd.Series(ranges.categories)).to_numpy())
-        codes = np.where(ranges.codes >= 0, base_codes[ranges.codes], -1)
-        ranges = pd.Categorical.from_codes(codes, categories=bases)
+        ranges = pd.Categorical.from_codes(np.append(base_codes, -1)[ranges.codes], categories=bases)  # -1 stays -1
     # One integer per (range, kernel) pair, numbered in order of first appearance (as groupby(sort=False)).
     # Codes are -1 for a missing name, hence the + 1s.
     width = len(kernels.categories) + 1
@@ -296,7 +295,7 @@ def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = Fa
             "kernel": kernels[first],
             "category": np.asarray(pd.Categorical(attributed["category"])[kern[first]]).astype(str),
             "range_instances": count_distinct(pair, attributed["range_row"].to_numpy()[kern], n),
-            "count": count_distinct(pair, attributed["op_row"].to_numpy()[kern], n),
+            "count": distinct_ops_per_pair(pair, ranges.codes, attributed["op_row"].to_numpy()[kern], n),
             "total_ns": sum_by(pair, attributed["duration_ns"].to_numpy()[kern], n),
         }
     )
@@ -308,6 +307,26 @@ def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = Fa
     return out.iloc[order].reset_index(drop=True)
 
 
+def distinct_ops_per_pair(pair: np.ndarray, range_codes: np.ndarray, op_rows: np.ndarray, n: int) -> np.ndarray:
+    """Distinct ops per (range name, kernel) pair: ``count_distinct(pair, op_rows, n)``, faster in the usual case.
+
+    ``range_codes`` are each row's range name (-1: missing). An op has one kernel name, so a pair counts
+    an op twice only when two ranges of one name enclose it (a name nested in itself). Without that, the
+    (range name, op) rows are all distinct, which a table of them checks in linear time, and the count is
+    the row count; else the pairs are sorted.
+    """
+    if len(op_rows) == 0:
+        return np.zeros(n, dtype=np.int64)
+    width = int(op_rows.max()) + 1
+    slots = (int(range_codes.max()) + 2) * width
+    if slots <= 16 * len(op_rows):  # the table takes at most 16 bytes per row, as first_row_of_key's
+        seen = np.zeros(slots, dtype=bool)
+        seen[(range_codes.astype(np.int64) + 1) * width + op_rows] = True  # code -1 (no name): slot 0
+        if np.count_nonzero(seen) == len(op_rows):
+            return np.bincount(pair, minlength=n)
+    return count_distinct(pair, op_rows, n)
+
+
 # Ranges that mark training phases, by name. Not phases: emit_nvtx op ranges ("::", "op_id") and
 # layer parts whose names contain a phase word ("feed forward" is the MLP of a block, not a pass).
 PHASE_PATTERN = re.compile(r"forward|backward|optimi[sz]er|\bstep\b|train|warm", re.IGNORECASE)
@@ -315,10 +334,16 @@ NOT_PHASE_PATTERN = re.compile(r"::|op_id|feed[ _-]?forward", re.IGNORECASE)
 
 
 def phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``ranges`` that mark training phases (PHASE_PATTERN, unless NOT_PHASE_PATTERN)."""
-    labels = range_label(ranges)
-    is_phase = labels.str.contains(PHASE_PATTERN) & ~labels.str.contains(NOT_PHASE_PATTERN)
-    return ranges[is_phase.to_numpy()]
+    """The rows of ``ranges`` that mark training phases (PHASE_PATTERN, unless NOT_PHASE_PATTERN).
+
+    Each distinct label is matched once, then its verdict is mapped onto the ranges' label codes
+    (a range without a name, code -1, is no phase).
+    """
+    codes, labels = range_label_codes(ranges)
+    texts = pd.Series(labels)
+    is_phase_label = (texts.str.contains(PHASE_PATTERN) & ~texts.str.contains(NOT_PHASE_PATTERN)).to_numpy(dtype=bool)
+    is_phase = np.append(is_phase_label, False)[codes]  # code -1 picks the appended False
+    return ranges[is_phase]
 
 
 PHASE_COLUMNS = [
@@ -399,25 +424,31 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
 
     ``tables`` names the ones to return (all of TABLES by default): a report skips the
     tables it never shows, such as range_kernels (0.1 s on a million kernels). The tables
-    that need no (range, op) pair of all ranges (``op_and_phase_tables``) are built on a
-    second thread while this one projects every range: numpy and pandas release the GIL in
-    their loops, so with a second core free a big trace takes a third less time.
+    that need no (range, op) pair of all ranges are built on a second thread: those of the
+    ops alone (``op_tables``) while this one matches the ops to their launches, the others
+    (``summary_and_phase_tables``) while it projects every range. numpy and pandas release
+    the GIL in their loops, so with a second core free a big trace takes a third less time.
     """
     ops = gpu_ops(trace)
-    launched = launches(ops, trace.runtime)
-    slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
     with ThreadPoolExecutor(max_workers=1) as pool:
-        side = pool.submit(op_and_phase_tables, trace, ops, slim, launched, tables)
+        side_ops = pool.submit(op_tables, ops, tables)
+        launched = launches(ops, trace.runtime)
+        slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
+        side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
-        # The (range, kernel) tables go to the second thread too, once its first job is done: they need
-        # only the pairs, and the range tables below keep this thread busy meanwhile.
-        pair_tables = {
-            "range_kernels": lambda: summarize_range_kernels(attributed),
-            "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
-        }
-        side_pairs = pool.submit(
-            lambda: {name: summarize() for name, summarize in pair_tables.items() if name in tables}
-        )
+
+        # The (range, kernel) and phase tables go to the second thread too, once its first jobs are done:
+        # they need only the pairs (and the phase windows), and the range tables below keep this thread busy.
+        def pair_tables() -> dict[str, pd.DataFrame]:
+            _, phases, window = side.result()  # finished: the second thread ran it first
+            summaries = {
+                "phases": lambda: summarize_phases(phases, attributed, window),
+                "range_kernels": lambda: summarize_range_kernels(attributed),
+                "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
+            }
+            return {name: summarize() for name, summarize in summaries.items() if name in tables}
+
+        side_pairs = pool.submit(pair_tables)
         projection = summarize_projection(trace.nvtx, attributed)
         kernel_time = range_kernel_time(trace.nvtx, attributed)
         summaries = {  # each table, computed only when asked for
@@ -427,29 +458,30 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
             ),
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
-        side_tables, phases, window = side.result()
-        out |= side_pairs.result()
-    out |= side_tables | {"ops": ops, "attributed": attributed, "projection": projection}
-    if "phases" in tables:
-        out["phases"] = summarize_phases(phases, attributed, window)
+        out |= side_ops.result() | side.result()[0] | side_pairs.result()
+    out |= {"ops": ops, "attributed": attributed, "projection": projection}
     return {name: out[name] for name in TABLES if name in tables}
 
 
-def op_and_phase_tables(
+def op_tables(ops: pd.DataFrame, tables: Collection[str] = TABLES) -> dict[str, pd.DataFrame]:
+    """The per-op tables (kernels, categories) among ``tables``: the part of ``analyze_trace`` that needs only the ops."""
+    summaries = {"kernels": lambda: summarize_kernels(ops), "categories": lambda: summarize_categories(ops)}
+    return {name: summarize() for name, summarize in summaries.items() if name in tables}
+
+
+def summary_and_phase_tables(
     trace: Trace, ops: pd.DataFrame, slim: pd.DataFrame, launched: pd.DataFrame, tables: Collection[str] = TABLES
 ) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, pd.DataFrame]:
-    """The part of ``analyze_trace`` that needs no (range, op) pair of all ranges.
+    """The part of ``analyze_trace`` that needs the launches but no (range, op) pair of all ranges.
 
-    Returns the per-op tables (summary, kernels, categories) and the phase tables of the
-    window view (phase_kernels, phase_categories) among ``tables``, the phase ranges and
-    their window projection (``project_nvtx(phases, ..., any_thread=True)``).
+    Returns the summary and the phase tables of the window view (phase_kernels,
+    phase_categories) among ``tables``, the phase ranges and their window projection
+    (``project_nvtx(phases, ..., any_thread=True)``).
     """
     phases = phase_ranges(trace.nvtx)
     window = project_nvtx(phases, slim, launched, any_thread=True)
     summaries = {
         "summary": lambda: summarize_trace(trace, ops, launched),
-        "kernels": lambda: summarize_kernels(ops),
-        "categories": lambda: summarize_categories(ops),
         "phase_kernels": lambda: summarize_range_kernels(window),
         "phase_categories": lambda: summarize_ranges(phases, window, summarize_projection(phases, window)),
     }

@@ -42,7 +42,7 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     if (op_pid < 0).all():
         rt_pid, op_pid = np.zeros_like(rt_pid), np.zeros_like(op_pid)
     # One integer key per (pid, correlation id) pair, so the join is a lookup instead of a merge.
-    pids = pd.Index(pd.unique(rt_pid))
+    pids = pd.Index(rt_pid[:1] if (rt_pid[1:] == rt_pid[:-1]).all() else pd.unique(rt_pid))  # one process: no hashing
     if int(rt_cid.max()) >= 2**31:  # ids too large to pack with a pid (a damaged export): number them densely
         ids = np.unique(np.concatenate([rt_cid, op_cid[op_cid >= 0]]))
         rt_cid, op_cid = np.searchsorted(ids, rt_cid), np.where(op_cid >= 0, np.searchsorted(ids, op_cid), -1)
@@ -143,9 +143,12 @@ def enclosed_launches(
     range_thread, launch_thread = thread_keys(
         (ranges["pid"].to_numpy()[eligible], tid(ranges)[eligible]), (launch["pid"], launch["tid"])
     )
-    # Launches by thread, each thread's by start (lexsort is stable: equal starts keep the ops' order).
-    order = np.lexsort((launch["launch_start_ns"], launch_thread))
-    launch_thread = launch_thread[order]
+    # Launches by thread, each thread's by start (both sorts are stable: equal starts keep the ops' order).
+    if (launch_thread[1:] == launch_thread[:-1]).all():  # one thread (the usual case): the start alone is the key
+        order = np.argsort(launch["launch_start_ns"], kind="stable")  # launch_thread stays as is: all equal
+    else:
+        order = np.lexsort((launch["launch_start_ns"], launch_thread))
+        launch_thread = launch_thread[order]
     launch_start, launch_end = launch["launch_start_ns"][order], launch["launch_end_ns"][order]
     launch_op = launch["op_row"][order]
     # Ranges by thread, threads in order of their first range (as groupby(sort=False)), rows in order.
@@ -427,4 +430,7 @@ def count_distinct(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     first = np.empty(len(keys), dtype=bool)  # first of its run of equal keys: a distinct (code, value)
     first[0] = True
     np.not_equal(keys[1:], keys[:-1], out=first[1:])
-    return np.bincount(keys[first] // width, minlength=n)
+    # The sorted keys of code c lie between c * width and (c + 1) * width: count the distinct ones in each
+    # stretch by where the stretches start, not by dividing every key.
+    bounds = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * width)
+    return np.diff(np.searchsorted(np.flatnonzero(first), bounds))
