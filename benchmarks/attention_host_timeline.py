@@ -3,8 +3,9 @@
 At short sequences a call is bound by the CPU (run 5/7: ~800 us a forward + sum + backward
 at seq 1024 against ~300 us for the bare kernel launches and ~180 us for SDPA). This stamps
 ``perf_counter_ns`` at each layer boundary of many back-to-back calls, counts the garbage
-collector's passes and their time, times variants that each leave one layer out, and
-writes a PyTorch profiler trace (CPU ops and kernels) of a few calls.
+collector's passes and their time, times each layer alone and variants that each leave one
+layer out, next to SDPA, and writes a PyTorch profiler trace (CPU ops and kernels) of a few calls.
+(It replaces ``benchmarks/attention_overhead.py`` of runs 5 and 7, whose rows it kept.)
 
     python benchmarks/attention_host_timeline.py --seq 1024 --out /tmp/host
 """
@@ -116,14 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             lse, q, k, v, o = ctx.saved_tensors
             return q, k, v
 
-    class Lean(torch.autograd.Function):
+    class Lean(NoKernelBackward):
         """The same kernels with no checks, reshapes or mode lookups around them."""
-
-        @staticmethod
-        def forward(ctx, q, k, v):
-            o, lse = ft.forward_kernels(q.view(h, n, d), k.view(h, n, d), v.view(h, n, d), True)
-            ctx.save_for_backward(lse, q, k, v, o)
-            return o.view(q.shape)
 
         @staticmethod
         def backward(ctx, do):
@@ -133,11 +128,23 @@ def main(argv: list[str] | None = None) -> int:
             )
             return dq.view(q.shape), dk.view(q.shape), dv.view(q.shape)
 
+    class Twice(torch.autograd.Function):
+        """A Python-backward Function with one cheap CUDA op each way: the autograd engine's own cost."""
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
     def kernels_only():
         o, lse = ft.forward_kernels(q3, k3, v3, True)
         ft.backward_kernels(do3, q3, k3, v3, o, lse, True, mode)
 
     ones = torch.ones(1, h, n, d, device="cuda", dtype=torch.bfloat16)
+    out = ft.flash_attention_triton(q, k, v, True)
 
     def no_sum():
         ft.flash_attention_triton(q, k, v, True).backward(ones)
@@ -155,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = {
         "kernels_only": kernels_only,
         "forward_kernels": lambda: ft.forward_kernels(q3, k3, v3, True),
+        "custom op forward (what torch.compile calls)": lambda: ft._fwd_op(q3, k3, v3, True),
+        "flash_attention_triton forward": lambda: ft.flash_attention_triton(q, k, v, True),
         "backward_kernels": lambda: ft.backward_kernels(do3, q3, k3, v3, o3, lse, True, mode),
+        "autograd backward only (graph kept)": lambda: out.backward(ones, retain_graph=True),
         "apply_forward_and_sum (graph built, no backward)": graph_only,
         "full (apply + sum + backward)": full,
         "full, gc disabled": gc_off,
@@ -163,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "apply + backward(ones), no sum": no_sum,
         "NoKernelBackward + sum + backward": lambda: NoKernelBackward.apply(q, k, v).sum().backward(),
         "Lean Function + sum + backward": lambda: Lean.apply(q, k, v).sum().backward(),
+        "trivial Python-backward Function + sum + backward": lambda: Twice.apply(q).sum().backward(),
         "sdpa + sum + backward": sdpa_full,
     }
     results: dict = {
