@@ -111,7 +111,10 @@ STAGE_NAMES = ("imports", "read (Arrow cache)", "analyze_trace", "build_report",
 
 def stage_times(big: Path, cwd: Path) -> dict[str, float]:
     """Seconds per stage of a cached report, timed inside one fresh process (no CLI, no file writes)."""
-    out = subprocess.run([sys.executable, "-c", STAGES, str(big)], cwd=cwd, capture_output=True, text=True, check=True)
+    env = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}  # as the CLI sets it (profiler_kit/cli.py)
+    out = subprocess.run(
+        [sys.executable, "-c", STAGES, str(big)], cwd=cwd, capture_output=True, text=True, check=True, env=env
+    )
     return dict(zip(STAGE_NAMES, (float(v) for v in out.stdout.split()), strict=True))
 
 
