@@ -46,8 +46,8 @@ seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40).
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton). Eager
-calls skip that wrapper: its dispatch costs about 40 us a call on the host,
-which is most of a short sequence's time (benchmarks/attention_host_timeline.py).
+calls skip that wrapper: its dispatch cost 20-45 us a call on run 5's host
+(4 us on run 11d's; benchmarks/attention_host_timeline.py).
 
 Set ``TRITON_INTERPRET=1`` before importing this module to run the kernels on
 the CPU (tests do); a single small tile config is then used.
