@@ -140,6 +140,22 @@ GRIDS = {
                      (64, 128, 8, 2), (32, 128, 4, 2), (32, 32, 4, 3), (64, 128, 8, 3)],
         "atomic": [(64, 64, 8, 2)],
     },
+    # run 12: the run-8 switches one by one at d 128 (all together they spill there), on the d-128 winner's tiles
+    "run12": {
+        "fwd": [(128, 64, 8, 3)],
+        "fwd_tma": [],
+        "fwd_grouped": [((128, 64, 8, 3), 2), ((128, 64, 8, 3), 4)],
+        "dkdv": [],
+        "dq": [(128, 64, 4, 3)],
+        "tma_dkdv": [],
+        "atomic": [],
+        "bwd_opts": [
+            ("tma", cfg, {"HEAD_GROUP": hg, "QDO_TMA": qdo, "REORDER": False, "SCALE_DS": sds})
+            for cfg in ((64, 128, 8, 3), (64, 128, 8, 2))
+            for hg, qdo, sds in ((1, False, False), (4, False, False), (1, True, False), (1, False, True),
+                                 (4, True, False), (4, True, True))
+        ],
+    },
 }  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2
