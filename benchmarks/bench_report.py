@@ -4,8 +4,9 @@ Builds the export by replicating a real one along the time axis (every kernel,
 runtime call, memcpy/memset and NVTX event copied N times, shifted by the
 export's span, correlation ids made unique), then runs both tools as
 subprocesses and prints wall time and peak memory (max RSS) of each and the ratios.
-Ours runs three times: without the Arrow cache (--no-cache), first run (reads
-SQLite and writes the cache beside the export) and cached run (reads the cache).
+Ours runs three ways: without the Arrow cache (--no-cache), first run (reads
+SQLite and writes the cache beside the export) and cached run (reads the cache);
+each command runs ``--repeat`` times, interleaved, and the ratio is of medians.
 
     python benchmarks/bench_report.py ../shared/data/nsys_sqlite/zx3xyy__assignment2-systems__result_2_7B_nvtx.sqlite --copies 150
 """
@@ -16,6 +17,7 @@ import argparse
 import os
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -118,12 +120,18 @@ def stage_times(big: Path, cwd: Path) -> dict[str, float]:
     return dict(zip(STAGE_NAMES, (float(v) for v in out.stdout.split()), strict=True))
 
 
+def spread(values: list[float], digits: int = 2) -> str:
+    """Median and range of repeated measurements: ``1.23 (1.20-1.31)``."""
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("export", type=Path)
     ap.add_argument("--copies", type=int, default=150)
     ap.add_argument("--keep", type=Path, help="Write the big export here and keep it.")
     ap.add_argument("--skip-nsys", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="Runs of each command; medians and ranges are printed.")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pk-bench-"))
     big = args.keep or work / "big.sqlite"
@@ -133,45 +141,41 @@ def main() -> None:
     print(f"built {big} ({big.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s: {counts}")
     root = Path(__file__).resolve().parent.parent
     report = [sys.executable, "-m", "profiler_kit", "report", str(big), "-o", str(work / "out")]
-    ours = {
-        "no cache": timed([*report, "--no-cache"], root),
-        "first run": timed(report, root),
-        "cached run": timed(report, root),
-    }
-    for label, (wall, peak, _) in ours.items():
-        print(f"profiler-kit report (md + html), {label}: {wall:.1f} s, peak RSS {peak:.0f} MiB")
+    ours: dict[str, list[tuple[float, float, int]]] = {"no cache": [], "first run": [], "cached run": []}
+    for _ in range(args.repeat):  # interleaved, so a slow spell of the machine hits every kind of run
+        ours["no cache"].append(timed([*report, "--no-cache"], root))
+        shutil.rmtree(big.parent / f".{big.name}.profiler-kit-cache", ignore_errors=True)
+        ours["first run"].append(timed(report, root))
+        ours["cached run"].append(timed(report, root))
+    for label, runs in ours.items():
+        print(f"profiler-kit report (md + html), {label}: {spread([r[0] for r in runs])} s, "
+              f"peak RSS {spread([r[1] for r in runs], 0)} MiB")  # fmt: skip
     stages = stage_times(big, root)
     print("stages of a cached report, in-process: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
     if args.skip_nsys or shutil.which("nsys") is None:
         print("nsys not run")
         return
-    nsys_total = 0.0
-    for rep in ("gpukernsum", "nvtxkernsum"):
-        copy = work / f"{rep}.sqlite"
-        shutil.copy(big, copy)
-        theirs = timed(
-            [
-                "nsys",
-                "stats",
-                "-q",
-                "--force-export",
-                "false",
-                "--format",
-                "csv",
-                "--report",
-                rep,
-                "-o",
-                str(work / rep),
-                str(copy),
-            ],
-            root,
-        )
-        print(f"nsys stats --report {rep}: {theirs[0]:.1f} s, peak RSS {theirs[1]:.0f} MiB")
-        os.unlink(copy)
-        nsys_total += theirs[0]
-    for label, (wall, _, _) in ours.items():
+    theirs: dict[str, list[tuple[float, float, int]]] = {"gpukernsum": [], "nvtxkernsum": []}
+    for _ in range(args.repeat):
+        for rep, runs in theirs.items():
+            copy = work / f"{rep}.sqlite"
+            shutil.copy(big, copy)
+            nsys = ["nsys", "stats", "-q", "--force-export", "false", "--force-overwrite", "true", "--format", "csv"]
+            nsys += ["--report", rep]
+            runs.append(timed([*nsys, "-o", str(work / rep), str(copy)], root))
+            os.unlink(copy)
+    for rep, runs in theirs.items():
         print(
-            f"ratio, {label}: nsys stats (gpukernsum + nvtxkernsum) {nsys_total:.1f} s / profiler-kit whole report {wall:.1f} s = {nsys_total / wall:.1f}x"
+            f"nsys stats --report {rep}: {spread([r[0] for r in runs])} s, peak RSS {spread([r[1] for r in runs], 0)} MiB"
+        )
+    nsys_total = statistics.median(
+        a[0] + b[0] for a, b in zip(theirs["gpukernsum"], theirs["nvtxkernsum"], strict=True)
+    )
+    for label, runs in ours.items():
+        wall = statistics.median(r[0] for r in runs)
+        print(
+            f"ratio of medians, {label}: nsys stats (gpukernsum + nvtxkernsum) {nsys_total:.2f} s / "
+            f"profiler-kit whole report {wall:.2f} s = {nsys_total / wall:.1f}x"
         )
     if not args.keep:
         shutil.rmtree(work)

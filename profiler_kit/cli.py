@@ -8,6 +8,7 @@ with exit code 2.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from pathlib import Path
@@ -18,9 +19,30 @@ from pathlib import Path
 # Set before numpy is imported; a value the user set wins.
 os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 
-import click  # noqa: E402
 
-from analyze.errors import InputError  # noqa: E402
+@contextlib.contextmanager
+def importing():
+    """Import without the cyclic garbage collector, then freeze what was imported.
+
+    Imports build hundreds of thousands of long-lived objects and little garbage, so collector passes
+    over them are wasted: they cost a cached report of 1.1M kernels about 0.1 s (1.27 -> 1.15 s,
+    medians of seven alternating runs on a 2-core VM). Later passes skip the frozen objects too;
+    the collector stays on for the work itself.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+with importing():
+    import click
+
+    from analyze.errors import InputError
 
 
 class BadInput(click.ClickException):
@@ -143,10 +165,11 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
 
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
-    from analyze.sources import TRACE_KINDS, discover
-    from profiler_kit.build import analyze_sources, build_report
-    from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
-    from profiler_kit.output import render_report_files, write_files
+    with importing():
+        from analyze.sources import TRACE_KINDS, discover
+        from profiler_kit.build import analyze_sources, build_report
+        from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
+        from profiler_kit.output import render_report_files, write_files
 
     sources = discover(list(paths))
     traces = [s for s in sources if s.kind in TRACE_KINDS]
@@ -172,8 +195,9 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
 
 
 def _one_trace(path: str):
-    from analyze.breakdown import analyze_trace
-    from analyze.sources import Source, kind_of, read_trace
+    with importing():
+        from analyze.breakdown import analyze_trace
+        from analyze.sources import Source, kind_of, read_trace
 
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
