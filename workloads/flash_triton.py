@@ -40,7 +40,7 @@ fp32 inputs keep fp32 accumulators but their ``tl.dot`` products run on TF32
 tensor cores (Triton's default), like torch matmuls with TF32 allowed: about
 2e-3 relative error against fp32 math attention (run 9), not fp32's 1e-6.
 
-Short sequences are bound by the host, not the GPU: ``_launch`` calls a key's compiled kernel
+Short sequences are bound by the host, not the GPU: on Triton 3.6 ``_launch`` calls a key's compiled kernel
 directly after its first launch, skipping Triton's per-call Python (run 11: forward + backward at
 seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40).
 
@@ -582,6 +582,10 @@ LAST_COMPILED: dict[str, tuple] = {}  # kernel name -> (registers, spills) of th
 # (autotuner lookup, argument specialization, a cache-key string built per call) costs 40-150 us of host time
 # per launch on the H200 machines (run 11), most of a short sequence's forward + backward.
 _PLANS: dict[tuple, tuple] = {}
+# How a compiled kernel takes its arguments (every bound argument, constexprs included, to CompiledKernel's
+# runner) was checked on Triton 3.6 (run 11); older releases passed only the non-constexpr ones, so other
+# versions take Triton's own launch path.
+FAST_LAUNCH = not INTERPRET and triton.__version__.split(".")[:2] == ["3", "6"]
 
 
 def _launch_key(kernel, args: tuple, consts: dict) -> tuple:
@@ -615,7 +619,7 @@ def _launch(kernel, grid, args, consts, config=None):
     later ones call that compiled kernel with the same constants, skipping Triton's per-call Python.
     """
     if config is None:
-        key = None if INTERPRET else _launch_key(kernel, args, consts)
+        key = _launch_key(kernel, args, consts) if FAST_LAUNCH else None
         plan = _PLANS.get(key)
         if plan is None:
             compiled = kernel[grid](*args, **consts)
