@@ -1,9 +1,18 @@
 """Readers and analyses: profile files in, pandas DataFrames out.
 
-No torch, click or plotly here; a notebook can import any function.
+No torch, click or plotly here; a notebook can import any function. The package itself
+imports nothing heavy (``Trace`` loads on first use), so a command line that needs only
+``InputError`` starts without pandas, which loads with the first reader.
 """
 
 from analyze.errors import InputError
-from analyze.tables import Trace
 
 __all__ = ["InputError", "Trace"]
+
+
+def __getattr__(name: str):
+    if name == "Trace":
+        from analyze.tables import Trace
+
+        return Trace
+    raise AttributeError(f"module 'analyze' has no attribute {name!r}")

@@ -258,9 +258,9 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem):
 
     Example: profiler-kit memory runs/xl_ctx512_full_step_bf16.pickle -o reports/mem
     """
-    from analyze.errors import InputError
-    from profiler_kit.build_memory import build_memory_report, find_snapshots, load_snapshots
-    from profiler_kit.output import render_report_files, write_files
+    with importing():
+        from profiler_kit.build_memory import build_memory_report, find_snapshots, load_snapshots
+        from profiler_kit.output import render_report_files, write_files
 
     paths = find_snapshots(list(snapshots))
     if not paths:
@@ -487,8 +487,9 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
 
     Example: profiler-kit ddp-report reports/ddp -o reports/ddp
     """
-    from profiler_kit.build_ddp import build_ddp_report, load_ddp_inputs
-    from profiler_kit.output import render_report_files, write_files
+    with importing():
+        from profiler_kit.build_ddp import build_ddp_report, load_ddp_inputs
+        from profiler_kit.output import render_report_files, write_files
 
     rep = build_ddp_report(load_ddp_inputs(folder))
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
