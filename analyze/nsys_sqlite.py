@@ -10,7 +10,6 @@ decoded with replacement characters rather than rejected.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import os
 import sqlite3
@@ -22,14 +21,25 @@ import pandas as pd
 
 from analyze.errors import InputError
 from analyze.intervals import nesting_depth
+from analyze.nsys_schema import (
+    KERNEL_COLUMNS,
+    KERNEL_LEAN_COLUMNS,
+    KERNEL_TABLE,
+    MEMOP_TABLES,
+    META_TABLES,
+    MISSING,
+    NVTX_COLUMNS,
+    RUNTIME_COLUMNS,
+    RUNTIME_LEAN_COLUMNS,
+    RUNTIME_TABLE,
+    Catalog,
+    adbc_sqlite,
+    fetch_arrow,
+    take_prefetched,
+)
 from analyze.tables import Trace
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 SUPPORTED_SCHEMA_MAJOR = (2, 3)
-META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
-
-# Tables whose presence marks a file as an nsys export (any one suffices).
-NSYS_MARKERS = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *META_TABLES)
 
 # NVTX_EVENTS.eventType values (nsys reports' own constants).
 NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND = 59, 60, 70, 71
@@ -59,39 +69,7 @@ MEMCPY_KIND_LABELS = {
     13: "Unified Device-to-Device",
 }
 
-# Column sets per table: (required, optional). Output names are given in the SQL below.
-KERNEL_COLUMNS = (
-    ("start", "end"),
-    ("shortName", "demangledName", "deviceId", "streamId", "correlationId", "globalPid", "gridX", "gridY", "gridZ",
-     "blockX", "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory"),
-)  # fmt: skip
-RUNTIME_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
-# What the breakdowns use (details=False): no launch shapes, registers, shared memory, streams or API
-# names, and one kernel name (``read_kernels`` adds it). Each column of a million kernels costs ~0.05 s.
-KERNEL_LEAN_COLUMNS = (("start", "end"), ("deviceId", "correlationId", "globalPid"))
-RUNTIME_LEAN_COLUMNS = (("start", "end"), ("globalTid", "correlationId"))
-MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
-MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
-MEMOP_TABLES = {"CUPTI_ACTIVITY_KIND_MEMCPY": MEMCPY_COLUMNS, "CUPTI_ACTIVITY_KIND_MEMSET": MEMSET_COLUMNS}
-NVTX_COLUMNS = (("start", "eventType"), ("end", "textId", "globalTid", "endGlobalTid", "domainId"))  # and text
-
-COLUMNAR_BATCH_ROWS = 1 << 24  # rows per Arrow batch of an ADBC read (buffers grow as rows come, none preallocated)
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
-MISSING = -1  # NULL or absent integer column (nsys ids, times and sizes are never negative)
-
-
-@functools.cache
-def adbc_sqlite():
-    """The ADBC SQLite driver (optional speed-up: columnar reads of the big tables, README Dependencies), or None.
-
-    Imported on first use, not with this module: a report served from the Arrow cache never needs it.
-    """
-    try:
-        import adbc_driver_sqlite.dbapi
-
-        return adbc_driver_sqlite.dbapi
-    except ImportError:  # pragma: no cover - exercised where the driver is absent
-        return None
 
 
 def pid_of(global_id: pd.Series | np.ndarray) -> np.ndarray:
@@ -115,53 +93,12 @@ def with_unread_columns(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return pd.concat([df, pd.DataFrame(dict.fromkeys(names, missing), index=df.index, copy=False)], axis=1)
 
 
-class Export:
-    """An open nsys export with its catalogue of tables and columns."""
+class Export(Catalog):
+    """An open nsys export: its catalogue (``Catalog``) and reads of its tables into DataFrames."""
 
     def __init__(self, path: Path):
-        self.path = path
-        self.conn = _connect(path)
+        super().__init__(path)
         self.pool: ThreadPoolExecutor | None = None
-        try:
-            info = {
-                name: self.conn.execute(f'PRAGMA table_info("{name}")').fetchall()
-                for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-            }
-            self.columns = {name: {row[1] for row in rows} for name, rows in info.items()}
-            self.not_null = {name: {row[1] for row in rows if row[3]} for name, rows in info.items()}
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged schema can yield undecodable errors
-            raise InputError(f"{path}: not a readable SQLite database ({err})") from None
-        if not any(t in self.columns for t in NSYS_MARKERS):
-            raise InputError(
-                f"{path}: SQLite file is not an Nsight Systems export (no StringIds or export metadata table)"
-            )
-
-    def has(self, table: str) -> bool:
-        return table in self.columns
-
-    def _select_sql(
-        self,
-        table: str,
-        spec: tuple[tuple[str, ...], tuple[str, ...]],
-        present,
-        absent: str,
-        where: str,
-        computed: dict[str, str] | None = None,
-    ) -> str:
-        """SELECT of the spec's columns: ``present(c)`` for a column the table has, ``absent`` for one it lacks.
-
-        ``computed`` adds columns by name from SQL expressions.
-        """
-        required, optional = spec
-        have = self.columns[table]
-        missing = [c for c in required if c not in have]
-        if missing:
-            raise InputError(
-                f"{self.path}: table {table} lacks required column(s) {', '.join(missing)}; unknown nsys schema"
-            )
-        cols = [present(c) if c in have else absent.format(c=c) for c in (*required, *optional)]
-        cols += [f'{expr} AS "{name}"' for name, expr in (computed or {}).items()]
-        return f'SELECT {", ".join(cols)} FROM "{table}" {where}'
 
     def select(
         self,
@@ -182,14 +119,7 @@ class Export:
         tuples), else through sqlite3. Columns declared NOT NULL skip the
         coalesce(), which costs about a fifth of a big read.
         """
-        not_null = self.not_null[table]
-
-        def present(c: str) -> str:
-            return f'"{c}"' if c in not_null else f'coalesce("{c}", {MISSING}) AS "{c}"'
-
-        sql = self._select_sql(
-            table, spec, present, f'{MISSING} AS "{{c}}"', where, {**(computed or {}), **(raw or {})}
-        )
+        sql = self.integer_sql(table, spec, where, {**(computed or {}), **(raw or {})})
         df = self.query_columnar(sql) if adbc_sqlite() is not None else self.query(sql)
         return self._integers(df, table, [*spec[0], *spec[1], *(computed or {})])
 
@@ -234,7 +164,7 @@ class Export:
 
     def select_any(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]]) -> pd.DataFrame:
         """Read any columns of a small table through sqlite3; NULL and absent columns come back as None/NaN."""
-        return self.query(self._select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"', ""))
+        return self.query(self.select_sql(table, spec, lambda c: f'"{c}"', 'NULL AS "{c}"'))
 
     def _not_integer(self, table: str, column: str, what: str) -> InputError:
         return InputError(
@@ -242,18 +172,10 @@ class Export:
         )
 
     def query_columnar(self, sql: str) -> pd.DataFrame:
-        """Run ``sql`` through the ADBC driver into a DataFrame.
-
-        Rows come in one Arrow batch (up to COLUMNAR_BATCH_ROWS): the driver's default of 1024
-        rows a batch made to_pandas concatenate a thousand chunks into fresh arrays, while
-        one batch converts without a copy (1.1M kernels: 0.1-0.25 s and 80 MiB less).
-        """
+        """Run ``sql`` through the ADBC driver (``fetch_arrow``) into a DataFrame, or take its prefetched result."""
         try:
-            with adbc_sqlite().connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1") as con:
-                with con.cursor() as cur:
-                    cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(COLUMNAR_BATCH_ROWS)})
-                    cur.execute(sql)
-                    table = cur.fetch_arrow_table()
+            early = take_prefetched(self.path, sql)
+            table = early.result() if early is not None else fetch_arrow(self.path, sql)
         except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
             raise InputError(f"{self.path}: corrupt or truncated SQLite file ({str(err).splitlines()[0]})") from None
         return table.to_pandas(split_blocks=True, self_destruct=True)  # frees Arrow buffers as columns convert
@@ -270,7 +192,7 @@ class Export:
     def close(self):
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
-        self.conn.close()
+        super().close()
 
 
 @contextlib.contextmanager
@@ -284,30 +206,6 @@ def gc_paused():
     finally:
         if enabled:
             gc.enable()
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if not path.is_file():
-        raise InputError(f"{path}: not a file")
-    with open(path, "rb") as fh:
-        head = fh.read(100)
-    if not head.startswith(SQLITE_MAGIC):
-        raise InputError(f"{path}: not an SQLite file (expected an nsys SQLite export)")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    page_count = int.from_bytes(head[28:32], "big")
-    if page_count and page_size * page_count > path.stat().st_size:
-        raise InputError(
-            f"{path}: truncated SQLite file ({path.stat().st_size} bytes, header says {page_size * page_count})"
-        )
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-    except sqlite3.Error as err:
-        raise InputError(f"{path}: cannot open SQLite file ({err})") from None
-    conn.text_factory = lambda b: b.decode("utf-8", "replace")
-    return conn
 
 
 def read_metadata(exp: Export) -> dict:
@@ -370,7 +268,7 @@ def _times(df: pd.DataFrame) -> pd.DataFrame:
 
 def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """Kernels; without ``details`` both names are the demangled one (else the short one), shapes and streams -1."""
-    table = "CUPTI_ACTIVITY_KIND_KERNEL"
+    table = KERNEL_TABLE
     no_name = InputError(f"{exp.path}: {table} has no kernel name column")
     if details:
         df = _times(exp.select(table, KERNEL_COLUMNS))
@@ -380,9 +278,7 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
         df["demangled_name"] = _decode(demangled.where(demangled != MISSING, short), strings, "<unknown kernel>")
         df["name"] = _decode(short.where(short != MISSING, demangled), strings, "<unknown kernel>")
     else:  # the demangled name where recorded, chosen by SQLite: one column less to read (a tenth of the read)
-        names = [f'"{c}"' for c in ("demangledName", "shortName") if c in exp.columns[table]]
-        name_id = f"coalesce({', '.join(names)}, {MISSING})" if names else str(MISSING)
-        df = _times(exp.select(table, KERNEL_LEAN_COLUMNS, computed={"nameId": name_id}))
+        df = _times(exp.select(table, KERNEL_LEAN_COLUMNS, computed={"nameId": exp.kernel_name_sql()}))
         if (df["nameId"] == MISSING).all():
             raise no_name
         df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
@@ -413,7 +309,7 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
 def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """CUDA runtime calls; without ``details`` their API names are not read (left "")."""
     spec = RUNTIME_COLUMNS if details else RUNTIME_LEAN_COLUMNS
-    df = _times(exp.select("CUPTI_ACTIVITY_KIND_RUNTIME", spec))
+    df = _times(exp.select(RUNTIME_TABLE, spec))
     gtid = df["globalTid"].to_numpy()
     name = (
         _decode(df["nameId"], strings, "<unknown API>")
@@ -596,8 +492,8 @@ def read_nsys_sqlite(path: str | Path, details: bool = True) -> Trace:
         strings = _strings(exp)
         # The big tables are read and decoded on worker threads while NVTX is read here.
         readers = {
-            "kernels": ("CUPTI_ACTIVITY_KIND_KERNEL", read_kernels),
-            "runtime": ("CUPTI_ACTIVITY_KIND_RUNTIME", read_runtime),
+            "kernels": (KERNEL_TABLE, read_kernels),
+            "runtime": (RUNTIME_TABLE, read_runtime),
         }
         pending = {
             attr: exp.soon(read, exp, strings, details) for attr, (table, read) in readers.items() if exp.has(table)

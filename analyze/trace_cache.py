@@ -22,16 +22,16 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    from analyze.tables import Trace
 
-from analyze.nsys_sqlite import MISSING, with_unread_columns
-from analyze.tables import SCHEMAS, Trace
-
+# numpy, pandas and pyarrow are imported where used: ``cache_dir`` and MIN_EXPORT_BYTES serve a
+# command line that has not loaded them yet (``analyze.nsys_schema.prefetch``).
 MIN_EXPORT_BYTES = 32 * 2**20  # smaller exports read fast enough; no folder beside them
 SUFFIX = ".profiler-kit-cache"
-READER_SOURCES = ("nsys_sqlite.py", "tables.py", "trace_cache.py")
+READER_SOURCES = ("nsys_schema.py", "nsys_sqlite.py", "tables.py", "trace_cache.py")
 
 
 _pending: list[threading.Thread] = []
@@ -53,6 +53,7 @@ def cache_dir(path: Path) -> Path:
 
 def cache_key(path: Path, variant: str) -> dict:
     """What the cached tables depend on; any difference makes the cache stale."""
+    import pandas as pd
     import pyarrow
 
     st = path.stat()
@@ -66,6 +67,23 @@ def cache_key(path: Path, variant: str) -> dict:
         "pandas": pd.__version__,
         "pyarrow": pyarrow.__version__,
     }
+
+
+def prefetch_uncached(path: Path, cache: bool = True) -> None:
+    """Start reading a big nsys export's big tables now (``nsys_schema.prefetch``), unless a cache folder
+    beside it will serve the report instead (``cache``: whether the report may use one).
+
+    Called before the report imports pandas: the reads, which run without the GIL, overlap the imports.
+    A cache folder that turns out stale only means no early start.
+    """
+    from analyze.nsys_schema import prefetch
+
+    try:
+        big = path.suffix == ".sqlite" and path.stat().st_size >= MIN_EXPORT_BYTES
+    except OSError:
+        return
+    if big and not (cache and cache_dir(path).exists()):
+        prefetch(path)
 
 
 def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Trace:
@@ -94,6 +112,9 @@ def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Tra
 def _load(folder: Path, key: dict) -> Trace | None:
     import pyarrow as pa
 
+    from analyze.nsys_sqlite import with_unread_columns
+    from analyze.tables import SCHEMAS, Trace
+
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         if manifest.get("key") != key:
@@ -114,7 +135,11 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
     The Arrow tables share the DataFrames' buffers, which nothing modifies in place.
     The thread is not a daemon: the process waits for it before exiting.
     """
+    import numpy as np
     import pyarrow as pa
+
+    from analyze.nsys_sqlite import MISSING
+    from analyze.tables import SCHEMAS
 
     parent = folder.parent
     if not parent.stat().st_mode & 0o222:  # a folder marked read-only stays untouched, even for root
