@@ -116,8 +116,7 @@ class Export(Catalog):
 
         Large activity tables go through the ADBC SQLite driver when installed
         (columnar Arrow batches, several times faster than building Python
-        tuples), else through sqlite3. Columns declared NOT NULL skip the
-        coalesce(), which costs about a fifth of a big read.
+        tuples), else through sqlite3; the SQL is ``integer_sql``'s.
         """
         sql = self.integer_sql(table, spec, where, {**(computed or {}), **(raw or {})})
         df = self.query_columnar(sql) if adbc_sqlite() is not None else self.query(sql)

@@ -24,6 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from analyze.trace_cache import cache_dir  # noqa: E402  (imports nothing heavy)
+
 SHIFTED = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
@@ -42,10 +46,8 @@ def replicate(src: Path, dst: Path, copies: int) -> dict[str, int]:
     lo = min(con.execute(f"SELECT min(start) FROM {t}").fetchone()[0] or 0 for t in tables)
     hi = max(con.execute(f"SELECT max(coalesce(end, start)) FROM {t}").fetchone()[0] or 0 for t in tables)
     span = hi - lo + 1_000_000
-    corr = (
-        max(con.execute(f"SELECT max(correlationId) FROM {t}").fetchone()[0] or 0 for t in tables if t != "NVTX_EVENTS")
-        + 1
-    )
+    ids = (con.execute(f"SELECT max(correlationId) FROM {t}").fetchone()[0] or 0 for t in tables if t != "NVTX_EVENTS")
+    corr = max(ids, default=0) + 1  # a CPU-only export has no CUDA tables
     con.execute("CREATE TEMP TABLE k(i INTEGER)")
     con.executemany("INSERT INTO k VALUES (?)", [(i,) for i in range(1, copies)])
     counts = {}
@@ -144,7 +146,7 @@ def main() -> None:
     ours: dict[str, list[tuple[float, float, int]]] = {"no cache": [], "first run": [], "cached run": []}
     for _ in range(args.repeat):  # interleaved, so a slow spell of the machine hits every kind of run
         ours["no cache"].append(timed([*report, "--no-cache"], root))
-        shutil.rmtree(big.parent / f".{big.name}.profiler-kit-cache", ignore_errors=True)
+        shutil.rmtree(cache_dir(big), ignore_errors=True)
         ours["first run"].append(timed(report, root))
         ours["cached run"].append(timed(report, root))
     for label, runs in ours.items():
@@ -168,6 +170,10 @@ def main() -> None:
         print(
             f"nsys stats --report {rep}: {spread([r[0] for r in runs])} s, peak RSS {spread([r[1] for r in runs], 0)} MiB"
         )
+    failed = [name for name, runs in {**ours, **theirs}.items() if any(r[2] for r in runs)]
+    if failed:  # a failed run's time says nothing: no ratio from it
+        print(f"no ratio: these runs failed: {', '.join(failed)}")
+        return
     nsys_total = statistics.median(
         a[0] + b[0] for a, b in zip(theirs["gpukernsum"], theirs["nvtxkernsum"], strict=True)
     )
