@@ -1,8 +1,10 @@
-"""The SQL side of the nsys reader, without pandas: opening an export, its catalogue, the SELECTs.
+"""The SQL side of the nsys reader, without pandas: opening an export, its catalogue, the reads.
 
-``analyze.nsys_sqlite`` turns what these queries return into the Trace's tables. The split lets
-a report start the big reads early (``prefetch``): the ADBC driver steps through SQLite without
-the GIL, so a big export's kernel and runtime rows are read while pandas is still being imported.
+``analyze.nsys_sqlite`` turns what these reads return into the Trace's tables. Integer columns
+of a whole table (``IntegerRead``) come from the file's pages (``analyze.sqlite_pages``), else
+through the ADBC driver, else (None) the reader's sqlite3 path. The split lets a report start
+the big reads early (``prefetch``): both ways run mostly without the GIL, so a big export's
+kernel and runtime rows are read while pandas is still being imported.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from analyze.errors import InputError
@@ -28,8 +31,9 @@ KERNEL_COLUMNS = (
 )  # fmt: skip
 RUNTIME_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
 # What the breakdowns use (details=False): no launch shapes, registers, shared memory, streams or API
-# names, and one kernel name (``kernel_name_sql``). Each column of a million kernels costs ~0.05 s.
+# names, and one kernel name (KERNEL_NAME). Each column of a million kernels costs ~0.05 s.
 KERNEL_LEAN_COLUMNS = (("start", "end"), ("deviceId", "correlationId", "globalPid"))
+KERNEL_NAME = {"nameId": ("demangledName", "shortName")}  # the demangled name where recorded, else the short one
 RUNTIME_LEAN_COLUMNS = (("start", "end"), ("globalTid", "correlationId"))
 MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
@@ -89,12 +93,11 @@ class Catalog:
         self.path = path
         self.conn = connect(path)
         try:
-            info = {
-                name: self.conn.execute(f'PRAGMA table_info("{name}")').fetchall()
-                for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-            }
-            self.columns = {name: {row[1] for row in rows} for name, rows in info.items()}
-            self.not_null = {name: {row[1] for row in rows if row[3]} for name, rows in info.items()}
+            roots = self.conn.execute("SELECT name, rootpage FROM sqlite_master WHERE type IN ('table', 'view')")
+            self.roots = {name: root for name, root in roots.fetchall()}  # a view's is 0
+            self.info = {name: self.conn.execute(f'PRAGMA table_info("{name}")').fetchall() for name in self.roots}
+            self.columns = {name: {row[1] for row in rows} for name, rows in self.info.items()}
+            self.not_null = {name: {row[1] for row in rows if row[3]} for name, rows in self.info.items()}
         except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged schema can yield undecodable errors
             self.conn.close()
             raise InputError(f"{path}: not a readable SQLite database ({err})") from None
@@ -145,24 +148,100 @@ class Catalog:
 
         return self.select_sql(table, spec, present, f'{MISSING} AS "{{c}}"', where, computed)
 
-    def kernel_name_sql(self) -> str:
-        """The kernel name id a report uses: the demangled name where recorded, else the short one."""
-        names = [f'"{c}"' for c in ("demangledName", "shortName") if c in self.columns[KERNEL_TABLE]]
-        return f"coalesce({', '.join(names)}, {MISSING})" if names else str(MISSING)
+    def integer_read(
+        self,
+        table: str,
+        spec: tuple[tuple[str, ...], tuple[str, ...]],
+        coalesced: dict[str, tuple[str, ...]] | None = None,
+        where: str = "",
+        raw: dict[str, str] | None = None,
+    ) -> IntegerRead:
+        """The read of ``spec``'s integer columns of ``table``, as SQL and, for a whole table, as a page-reader plan.
 
-    def lean_queries(self) -> dict[str, str]:
-        """The SELECTs of the two big tables that a report reads (``read_nsys_sqlite(details=False)``)."""
-        queries = {}
+        ``coalesced`` adds integer columns by name, each the first non-NULL of some columns
+        (absent ones skipped; none: MISSING); ``raw`` adds columns of any type from SQL expressions.
+        """
+        have = self.columns[table]
+        sources = {c: (c,) if c in have else () for c in (*spec[0], *spec[1])}
+        for name, cols in (coalesced or {}).items():
+            cols = [c for c in cols if c in have]
+            never_null = [i for i, c in enumerate(cols) if c in self.not_null[table]]
+            sources[name] = tuple(cols[: never_null[0] + 1] if never_null else cols)  # the rest never count
+        computed = {name: _coalesce_sql(sources[name]) for name in coalesced or {}} | (raw or {})
+        position = {row[1]: row[0] for row in self.info[table]}
+        keys = {row[1] for row in self.info[table] if row[5]}  # an INTEGER PRIMARY KEY is stored as the rowid
+        used = {c for cols in sources.values() for c in cols}
+        paged = bool(used) and not used & keys and not where and not raw
+        return IntegerRead(
+            path=str(self.path.resolve()),
+            table=table,
+            sql=self.integer_sql(table, spec, where, computed),
+            sources=tuple(sources.items()),
+            root=self.roots[table] if paged else 0,
+            positions=tuple((c, position[c]) for c in sorted(used)),
+            ncols=len(self.info[table]),
+        )
+
+    def lean_reads(self) -> list[IntegerRead]:
+        """The reads of the two big tables that a report makes (``read_nsys_sqlite(details=False)``)."""
+        reads = []
         if self.has(KERNEL_TABLE):
-            queries[KERNEL_TABLE] = self.integer_sql(
-                KERNEL_TABLE, KERNEL_LEAN_COLUMNS, computed={"nameId": self.kernel_name_sql()}
-            )
+            reads.append(self.integer_read(KERNEL_TABLE, KERNEL_LEAN_COLUMNS, KERNEL_NAME))
         if self.has(RUNTIME_TABLE):
-            queries[RUNTIME_TABLE] = self.integer_sql(RUNTIME_TABLE, RUNTIME_LEAN_COLUMNS)
-        return queries
+            reads.append(self.integer_read(RUNTIME_TABLE, RUNTIME_LEAN_COLUMNS))
+        return reads
 
     def close(self):
         self.conn.close()
+
+
+def _coalesce_sql(columns: tuple[str, ...]) -> str:
+    quoted = [f'"{c}"' for c in columns]
+    return f"coalesce({', '.join(quoted)}, {MISSING})" if columns else str(MISSING)
+
+
+@dataclass(frozen=True)
+class IntegerRead:
+    """A read of integer columns: ``sql`` for SQLite, and for a whole table the plan for its pages.
+
+    ``sources``: each output column and the table's columns it takes (the first non-NULL
+    of them; none: MISSING). ``root``: the table's root page, 0 where the pages must not
+    be read directly (a view, a key column among the sources, a WHERE clause or columns
+    of other types: then only ``sql`` serves). ``positions``: where the
+    source columns sit in the table's records. Hashable: it keys the prefetched reads.
+    """
+
+    path: str
+    table: str
+    sql: str
+    sources: tuple[tuple[str, tuple[str, ...]], ...]
+    root: int
+    positions: tuple[tuple[str, int], ...]
+    ncols: int
+
+
+def fetch_integers(read: IntegerRead):
+    """``read``'s columns: a dict of int64 numpy arrays from the file's pages, else an Arrow table
+    through the ADBC driver, else None (the caller reads through sqlite3). NULL reads as MISSING.
+
+    The driver's own exceptions pass through.
+    """
+    if read.root:
+        import numpy as np
+
+        from analyze.sqlite_pages import read_integer_columns
+
+        columns = read_integer_columns(Path(read.path), read.root, dict(read.positions), read.ncols)
+        if columns is not None:
+            rows = len(next(iter(columns.values())))
+            out = {}
+            for name, cols in read.sources:
+                value = columns[cols[0]] if cols else np.full(rows, MISSING, dtype=np.int64)
+                for other in cols[1:]:
+                    value = np.where(value != MISSING, value, columns[other])
+                out[name] = value
+            return out
+    return fetch_arrow(Path(read.path), read.sql) if adbc_sqlite() is not None else None
 
 
 def fetch_arrow(path: Path, sql: str):
@@ -183,33 +262,31 @@ def fetch_arrow(path: Path, sql: str):
             return pa.RecordBatchReader._import_from_c(stream.address).read_all()
 
 
-_prefetched: dict[tuple[str, str], Future] = {}
+_prefetched: dict[IntegerRead, Future] = {}
 _prefetch_pool: ThreadPoolExecutor | None = None
 
 
 def prefetch(path: Path) -> None:
     """Start reading an export's kernel and runtime tables as a report will, on two threads.
 
-    ``take_prefetched`` hands each result to the reader when it asks for the same SQL on the
-    same file. Anything that goes wrong here is left for the reader to find and report.
+    ``take_prefetched`` hands each result to the reader when it asks for the same read.
+    Anything that goes wrong here is left for the reader to find and report.
     """
     global _prefetch_pool
-    if adbc_sqlite() is None:
-        return
     try:
         catalog = Catalog(path)
         try:
-            queries = catalog.lean_queries()
+            reads = catalog.lean_reads()
         finally:
             catalog.close()
     except (OSError, InputError):
         return
     if _prefetch_pool is None:
         _prefetch_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nsys-prefetch")
-    for sql in queries.values():
-        _prefetched[(str(path.resolve()), sql)] = _prefetch_pool.submit(fetch_arrow, path, sql)
+    for read in reads:
+        _prefetched[read] = _prefetch_pool.submit(fetch_integers, read)
 
 
-def take_prefetched(path: Path, sql: str) -> Future | None:
-    """The prefetched read of ``sql`` on ``path``, once (None when there is none)."""
-    return _prefetched.pop((str(path.resolve()), sql), None) if _prefetched else None
+def take_prefetched(read: IntegerRead) -> Future | None:
+    """The prefetched result of ``read``, once (None when there is none)."""
+    return _prefetched.pop(read, None) if _prefetched else None

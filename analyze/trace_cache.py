@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # command line that has not loaded them yet (``analyze.nsys_schema.prefetch``).
 MIN_EXPORT_BYTES = 32 * 2**20  # smaller exports read fast enough; no folder beside them
 SUFFIX = ".profiler-kit-cache"
-READER_SOURCES = ("nsys_schema.py", "nsys_sqlite.py", "tables.py", "trace_cache.py")
+READER_SOURCES = ("nsys_schema.py", "nsys_sqlite.py", "sqlite_pages.py", "tables.py", "trace_cache.py")
 
 
 _pending: list[threading.Thread] = []

@@ -12,8 +12,6 @@ from analyze.errors import InputError
 from analyze.nsys_sqlite import read_nsys_sqlite
 from tests.test_nsys_sqlite import BAD_CASES, CPU_FIXTURE, _old_schema_export
 
-pytestmark = pytest.mark.skipif(nsys_schema.adbc_sqlite() is None, reason="prefetch needs the ADBC driver")
-
 
 @pytest.fixture(autouse=True)
 def empty_registry():
@@ -27,7 +25,7 @@ def test_prefetched_tables_are_taken_and_equal(tmp_path):
     nsys_schema.prefetch(path)
     assert len(nsys_schema._prefetched) == 2  # kernels and runtime calls
     early = read_nsys_sqlite(path, details=False)
-    assert not nsys_schema._prefetched  # both taken: the reader asked for the very same SQL
+    assert not nsys_schema._prefetched  # both taken: the reader asked for the very same reads
     for name in ("kernels", "runtime", "nvtx", "memops"):
         pd.testing.assert_frame_equal(getattr(early, name), getattr(direct, name), check_exact=True)
 
