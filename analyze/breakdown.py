@@ -23,6 +23,7 @@ from analyze.projection import (
     project_nvtx,
     range_label,
     range_label_codes,
+    smallest_int,
     sum_by,
     summarize_projection,
 )
@@ -56,6 +57,14 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     return ops
 
 
+def op_ids(trace: Trace) -> pd.DataFrame:
+    """The pid and correlation id of each row of ``gpu_ops(trace)`` (all ``launches`` reads), without classifying."""
+    parts = [p for p in (trace.kernels, trace.memops) if len(p)] or [trace.kernels]
+    return pd.DataFrame(
+        {c: np.concatenate([p[c].to_numpy() for p in parts]) for c in ("correlation_id", "pid")}, copy=False
+    )
+
+
 def busy_time_ns(ops: pd.DataFrame) -> int:
     """GPU busy time: the length of the union of op intervals, per device, summed.
 
@@ -63,9 +72,9 @@ def busy_time_ns(ops: pd.DataFrame) -> int:
     """
     device = ops["device_id"].to_numpy()
     starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    devices = pd.unique(device)
-    if len(devices) == 1:  # one GPU: no per-device copies
+    if (device[1:] == device[:-1]).all():  # one GPU: no per-device copies (and no hashing)
         return union_length(starts, ends)
+    devices = pd.unique(device)
     return sum(union_length(starts[device == d], ends[device == d]) for d in devices)
 
 
@@ -73,6 +82,13 @@ def distinct_names(names: pd.Series, rows: np.ndarray) -> int:
     """Distinct non-missing values of ``names`` at the ``rows`` mask, counted on category codes."""
     codes = pd.Categorical(names).codes[rows]
     return int(np.count_nonzero(np.bincount(codes[codes >= 0])))
+
+
+def count_unique(values: np.ndarray) -> int:
+    """Distinct non-missing values, as ``Series.nunique``; one value repeated (a single process) needs no hashing."""
+    if len(values) and values.dtype.kind in "iu" and (values[1:] == values[:-1]).all():
+        return 1
+    return int(pd.Series(values).nunique())
 
 
 def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -94,13 +110,13 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | No
         [
             {
                 "gpus": gpus,
-                "processes": int(ops["pid"].nunique()) if len(ops) else int(trace.nvtx["pid"].nunique()),
+                "processes": count_unique(ops["pid"].to_numpy() if len(ops) else trace.nvtx["pid"].to_numpy()),
                 "trace_span_ns": span,
                 "gpu_span_ns": gpu_span,
                 "kernels": len(kernel_ns),
                 "distinct_kernels": distinct_names(ops["name"], is_kernel),
                 "kernel_time_ns": int(kernel_ns.sum()),
-                "memops": int((~is_kernel).sum()),
+                "memops": len(is_kernel) - len(kernel_ns),
                 "memop_time_ns": int(ops["duration_ns"].to_numpy()[~is_kernel].sum()),
                 "gpu_busy_ns": busy,
                 "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
@@ -117,20 +133,23 @@ def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame
     Matches ``nsys stats --report gpukernsum`` summed over grid/block shapes.
     Sorted by total time, descending (ties: first launched first); ``top`` keeps the first rows.
     """
-    kern = np.flatnonzero(ops["is_kernel"].to_numpy(dtype=bool))
     names = pd.Categorical(ops["name"])
-    codes, duration = names.codes[kern].astype(np.int64), ops["duration_ns"].to_numpy()[kern]
-    known = codes >= 0  # a missing name forms no group, as in groupby
-    kern, codes, duration = kern[known], codes[known], duration[known]
-    # Groups listed in order of first appearance (as groupby(sort=False)).
-    group, first = first_appearance_codes(codes, len(names.categories))
-    n = len(first)
+    # Groups listed in order of first appearance (as groupby(sort=False)). Memops and kernels without a
+    # name (no group, as in groupby) share one extra key, whose group is dropped: every op is summed in
+    # place, with no gathered copy of the kernels.
+    other = len(names.categories)
+    key = names.codes.astype(smallest_int(other))  # a copy, one byte a row for a few dozen names
+    key[(key < 0) | ~ops["is_kernel"].to_numpy(dtype=bool)] = other
+    group, first = first_appearance_codes(key, other + 1)
+    n, duration = len(first), ops["duration_ns"].to_numpy()
     count, total = np.bincount(group, minlength=n), sum_by(group, duration, n)
     low, high = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
     np.minimum.at(low, group, duration)
     np.maximum.at(high, group, duration)
-    index = pd.CategoricalIndex(pd.Categorical.from_codes(codes[first], dtype=names.dtype), name="name")
-    category = pd.Categorical(ops["category"])[kern[first]]  # the first kernel's category
+    kept = np.flatnonzero(key[first] != other)
+    first, count, total, low, high = first[kept], count[kept], total[kept], low[kept], high[kept]
+    index = pd.CategoricalIndex(pd.Categorical.from_codes(names.codes[first], dtype=names.dtype), name="name")
+    category = pd.Categorical(ops["category"])[first]  # the first kernel's category
     out = pd.DataFrame(
         {
             "category": pd.Series(np.asarray(category), index=index).astype(str),
@@ -212,16 +231,26 @@ def range_kernel_time(ranges: pd.DataFrame, attributed: pd.DataFrame) -> pd.Data
     """
     n = len(ranges)
     pos = positions(ranges.index, attributed["range_row"].to_numpy())
-    kern = np.flatnonzero((pos >= 0) & attributed["is_kernel"].to_numpy(dtype=bool))  # kernels in a known range
-    pos, kern_ns = pos[kern], attributed["duration_ns"].to_numpy()[kern]
     cats = pd.Categorical(attributed["category"])
     n_cat = len(cats.categories)
-    cat_codes = cats.codes[kern].astype(np.int64)
-    cat_codes[cat_codes < 0] = n_cat  # a missing category: its own slot, counted in the total only
-    by_cat = sum_by(pos * (n_cat + 1) + cat_codes, kern_ns, n * (n_cat + 1)).reshape(n, n_cat + 1)
+    # One slot per (range, category) plus two per range: a kernel without a category (counted in the
+    # total only) and a memop (not counted). Summing every pair this way, not the kernel pairs picked
+    # out first, saves three gathered copies of a million pairs.
+    width = n_cat + 2
+    slot = cats.codes.astype(np.int8 if n_cat + 1 <= np.iinfo(np.int8).max else np.int32)  # a copy, small
+    slot[slot < 0] = n_cat
+    slot[~attributed["is_kernel"].to_numpy(dtype=bool)] = n_cat + 1
+    duration = attributed["duration_ns"].to_numpy()
+    known = pos >= 0
+    if not known.all():  # pairs of a range outside ``ranges``
+        pos, slot, duration = pos[known], slot[known], duration[known]
+    key = pos * width
+    key += slot
+    counts = np.bincount(key, minlength=n * width).reshape(n, width)[:, : n_cat + 1]
+    by_cat = sum_by(key, duration, n * width).reshape(n, width)[:, : n_cat + 1]
     # a category no kernel falls in gets no column
-    seen = np.flatnonzero(np.bincount(cat_codes, minlength=n_cat + 1)[:n_cat])
-    columns = {"kernels": np.bincount(pos, minlength=n), "kernel_time_ns": by_cat.sum(axis=1)}
+    seen = np.flatnonzero(counts[:, :n_cat].sum(axis=0))
+    columns = {"kernels": counts.sum(axis=1), "kernel_time_ns": by_cat.sum(axis=1)}
     columns.update({f"{cats.categories[j]}_ns": by_cat[:, j] for j in seen})
     return pd.DataFrame(columns, index=ranges.index)
 
@@ -278,25 +307,34 @@ def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = Fa
     With ``group_emit_nvtx`` range names are grouped by ``base_range_names``.
     Rows are sorted by range name (in the ``range`` categories' order), then total time descending.
     """
-    kern = np.flatnonzero(attributed["is_kernel"].to_numpy(dtype=bool))
-    ranges, kernels = pd.Categorical(attributed["range"])[kern], pd.Categorical(attributed["name"])[kern]
+    ranges, kernels = pd.Categorical(attributed["range"]), pd.Categorical(attributed["name"])
     if group_emit_nvtx:  # rename the categories, not the rows: one regex per distinct label
         base_codes, bases = pd.factorize(base_range_names(pd.Series(ranges.categories)).to_numpy())
-        ranges = pd.Categorical.from_codes(np.append(base_codes, -1)[ranges.codes], categories=bases)  # -1 stays -1
+        renamed = np.append(base_codes, -1).astype(ranges.codes.dtype)  # -1 stays -1; as few bytes as the codes
+        ranges = pd.Categorical.from_codes(renamed[ranges.codes], categories=bases)
     # One integer per (range, kernel) pair, numbered in order of first appearance (as groupby(sort=False)).
-    # Codes are -1 for a missing name, hence the + 1s.
+    # Codes are -1 for a missing name, hence the + 1s. Memops (few) share one extra key, whose group is
+    # dropped at the end: every pair is summed in place, with no gathered copy of the kernel pairs.
     width = len(kernels.categories) + 1
-    key = (ranges.codes.astype(np.int64) + 1) * width + (kernels.codes + 1)
-    pair, first = first_appearance_codes(key, (len(ranges.categories) + 1) * width)  # first: first row of each
+    memop_key = (len(ranges.categories) + 1) * width
+    key = ranges.codes.astype(np.int64)  # built in place: each temporary would be a fresh million-row array
+    key += 1
+    key *= width
+    key += kernels.codes
+    key += 1
+    key[~attributed["is_kernel"].to_numpy(dtype=bool)] = memop_key
+    pair, first = first_appearance_codes(key, memop_key + 1)  # first: first row of each
     n = len(first)
+    kept = np.flatnonzero(key[first] != memop_key)  # the (range, kernel) pairs
+    first = first[kept]
     out = pd.DataFrame(
         {
             "range": ranges[first],
             "kernel": kernels[first],
-            "category": np.asarray(pd.Categorical(attributed["category"])[kern[first]]).astype(str),
-            "range_instances": count_distinct(pair, attributed["range_row"].to_numpy()[kern], n),
-            "count": distinct_ops_per_pair(pair, ranges.codes, attributed["op_row"].to_numpy()[kern], n),
-            "total_ns": sum_by(pair, attributed["duration_ns"].to_numpy()[kern], n),
+            "category": np.asarray(pd.Categorical(attributed["category"])[first]).astype(str),
+            "range_instances": count_distinct(pair, attributed["range_row"].to_numpy(), n)[kept],
+            "count": distinct_ops_per_pair(pair, ranges.codes, attributed["op_row"].to_numpy(), n)[kept],
+            "total_ns": sum_by(pair, attributed["duration_ns"].to_numpy(), n)[kept],
         }
     )
     range_codes = out["range"].cat.codes.to_numpy().astype(np.int64) + 1  # -1 (no name) gets slot 0
@@ -321,7 +359,11 @@ def distinct_ops_per_pair(pair: np.ndarray, range_codes: np.ndarray, op_rows: np
     slots = (int(range_codes.max()) + 2) * width
     if slots <= 16 * len(op_rows):  # the table takes at most 16 bytes per row, as first_row_of_key's
         seen = np.zeros(slots, dtype=bool)
-        seen[(range_codes.astype(np.int64) + 1) * width + op_rows] = True  # code -1 (no name): slot 0
+        slot = range_codes.astype(np.int64)  # code -1 (no name): slot 0; built in place, as the keys above
+        slot += 1
+        slot *= width
+        slot += op_rows
+        seen[slot] = True
         if np.count_nonzero(seen) == len(op_rows):
             return np.bincount(pair, minlength=n)
     return count_distinct(pair, op_rows, n)
@@ -423,16 +465,18 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
     """Every breakdown of one trace, by name: the entry point for notebooks and reports.
 
     ``tables`` names the ones to return (all of TABLES by default): a report skips the
-    tables it never shows, such as range_kernels (0.1 s on a million kernels). The tables
-    that need no (range, op) pair of all ranges are built on a second thread: those of the
-    ops alone (``op_tables``) while this one matches the ops to their launches, the others
-    (``summary_and_phase_tables``) while it projects every range. numpy and pandas release
-    the GIL in their loops, so with a second core free a big trace takes a third less time.
+    tables it never shows, such as range_kernels (0.1 s on a million kernels). A second
+    thread matches the ops to their launches (from their ids alone) while this one builds
+    and classifies the ops; then it builds the tables that need no (range, op) pair of all
+    ranges: those of the ops alone (``op_tables``), and the others (``summary_and_phase_tables``)
+    while this one projects every range. numpy and pandas release the GIL in their loops,
+    so with a second core free a big trace takes a third less time.
     """
-    ops = gpu_ops(trace)
     with ThreadPoolExecutor(max_workers=1) as pool:
+        side_launches = pool.submit(launches, op_ids(trace), trace.runtime)
+        ops = gpu_ops(trace)
         side_ops = pool.submit(op_tables, ops, tables)
-        launched = launches(ops, trace.runtime)
+        launched = side_launches.result()
         slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
         side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
