@@ -4,7 +4,7 @@ Why: SQLite hands rows out one value at a time; through the ADBC driver that cos
 a value, 0.9 s of CPU for the 12M values of a big export's kernel and runtime tables. The
 file format (https://www.sqlite.org/fileformat2.html) is stable and documented, and an nsys
 activity table is a rowid table of small integer records, so the same values can be cut
-out of the pages with a few dozen whole-array numpy steps: ~4x less CPU.
+out of the pages with numpy, a few hundred pages a step: half the CPU (0.24 s for 1.1M kernels).
 
 Only the plain case is taken: a rollback-journal file, a rowid table whose records fit in
 their pages (no overflow) with headers of one-byte serial types, integer or NULL values.
@@ -16,15 +16,16 @@ through SQLite, which handles every case and reports damage in its own words.
 from __future__ import annotations
 
 import mmap
+import sys
 from pathlib import Path
 
 import numpy as np
 
 MISSING = -1  # what a NULL reads as (nsys ids, times and sizes are never negative)
 LEAF, INTERIOR = 0x0D, 0x05  # table b-tree page types
-MAX_DEPTH = 20
+MAX_DEPTH = 20  # a b-tree of 4 KiB pages holds ~2^60 rows in fewer levels
 CHUNK_PAGES = 256  # leaf pages decoded per step (measured best of 64..4096 on a 1.1M-row table)
-ROWID = ""  # key of the rowids among decoded columns  # a b-tree of 4 KiB pages holds ~2^60 rows in fewer levels
+ROWID = ""  # key of the rowids among decoded columns
 ONES = np.uint64(0x0101010101010101)  # one in each byte (SWAR: eight serial types in one uint64)
 HIGH = np.uint64(0x8080808080808080)
 LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
@@ -34,8 +35,11 @@ def read_integer_columns(path: Path, root: int, cids: dict[str, int], ncols: int
     """Columns ``cids`` (name -> position in the table) of the rowid table rooted at page ``root``.
 
     ``ncols`` is the table's column count. Values come back as int64 arrays in rowid order
-    (SQLite's own scan order), NULL as MISSING. None when the table is not the plain case.
+    (SQLite's own scan order), NULL as MISSING. None when the table is not the plain case,
+    and on a big-endian machine (the byte views below read words as little-endian ones).
     """
+    if sys.byteorder != "little":
+        return None
     with open(path, "rb") as fh:
         try:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
