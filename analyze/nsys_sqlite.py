@@ -161,9 +161,10 @@ class Export(Catalog):
     def soon(self, fn, *args) -> Future:
         """``fn(*args)`` on a worker thread, so the big tables are read (and decoded) side by side.
 
-        The ADBC driver releases the GIL while SQLite steps through rows, and each
-        read opens its own connection; without it ``fn`` runs here, on sqlite3.
-        ``fn`` must not use ``self.conn`` (sqlite3 connections stay on their thread).
+        The page reader's numpy steps and the ADBC driver's reads release the GIL, and
+        neither uses this connection. Without the driver ``fn`` runs here: a table the page
+        reader leaves then goes through sqlite3 and ``self.conn``, whose connections stay
+        on their thread.
         """
         if adbc_sqlite() is None:
             done: Future = Future()
