@@ -17,6 +17,7 @@ from pandas.api.types import union_categoricals
 from analyze.intervals import union_length
 from analyze.projection import (
     count_distinct,
+    distinct_values,
     first_appearance_codes,
     launches,
     positions,
@@ -72,9 +73,9 @@ def busy_time_ns(ops: pd.DataFrame) -> int:
     """
     device = ops["device_id"].to_numpy()
     starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    if (device[1:] == device[:-1]).all():  # one GPU: no per-device copies (and no hashing)
+    devices = distinct_values(device)
+    if len(devices) == 1:  # one GPU: no per-device copies
         return union_length(starts, ends)
-    devices = pd.unique(device)
     return sum(union_length(starts[device == d], ends[device == d]) for d in devices)
 
 
@@ -85,10 +86,8 @@ def distinct_names(names: pd.Series, rows: np.ndarray) -> int:
 
 
 def count_unique(values: np.ndarray) -> int:
-    """Distinct non-missing values, as ``Series.nunique``; one value repeated (a single process) needs no hashing."""
-    if len(values) and values.dtype.kind in "iu" and (values[1:] == values[:-1]).all():
-        return 1
-    return int(pd.Series(values).nunique())
+    """Distinct non-missing values, as ``Series.nunique`` (integers have none missing: ``distinct_values``)."""
+    return len(distinct_values(values)) if values.dtype.kind in "iu" else int(pd.Series(values).nunique())
 
 
 def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -181,14 +181,9 @@ class Catalog:
             ncols=len(self.info[table]),
         )
 
-    def lean_reads(self) -> list[IntegerRead]:
-        """The reads of the two big tables that a report makes (``read_nsys_sqlite(details=False)``)."""
-        reads = []
-        if self.has(KERNEL_TABLE):
-            reads.append(self.integer_read(KERNEL_TABLE, KERNEL_LEAN_COLUMNS, KERNEL_NAME))
-        if self.has(RUNTIME_TABLE):
-            reads.append(self.integer_read(RUNTIME_TABLE, RUNTIME_LEAN_COLUMNS))
-        return reads
+    def lean_kernel_read(self) -> IntegerRead:
+        """The read of the kernel table that a report makes (``read_nsys_sqlite(details=False)``)."""
+        return self.integer_read(KERNEL_TABLE, KERNEL_LEAN_COLUMNS, KERNEL_NAME)
 
     def close(self):
         self.conn.close()
@@ -283,15 +278,16 @@ def prefetch(path: Path) -> None:
     try:
         catalog = Catalog(path)
         try:
-            reads = [r for r in catalog.lean_reads() if r.table == KERNEL_TABLE]
+            read = catalog.lean_kernel_read() if catalog.has(KERNEL_TABLE) else None
         finally:
             catalog.close()
     except (OSError, InputError):
         return
+    if read is None:
+        return
     if _prefetch_pool is None:
         _prefetch_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-prefetch")
-    for read in reads:
-        _prefetched[read] = _prefetch_pool.submit(fetch_arrow, Path(read.path), read.sql)
+    _prefetched[read] = _prefetch_pool.submit(fetch_arrow, Path(read.path), read.sql)
 
 
 def take_prefetched(read: IntegerRead) -> Future | None:

@@ -23,8 +23,6 @@ from analyze.errors import InputError
 from analyze.intervals import nesting_depth
 from analyze.nsys_schema import (
     KERNEL_COLUMNS,
-    KERNEL_LEAN_COLUMNS,
-    KERNEL_NAME,
     KERNEL_TABLE,
     MEMOP_TABLES,
     META_TABLES,
@@ -34,6 +32,7 @@ from analyze.nsys_schema import (
     RUNTIME_LEAN_COLUMNS,
     RUNTIME_TABLE,
     Catalog,
+    IntegerRead,
     adbc_sqlite,
     fetch_integers,
     take_prefetched,
@@ -115,12 +114,16 @@ class Export(Catalog):
         ``raw`` adds columns of any type from SQL expressions. A value that is not an integer
         (text, blob, real) in an integer column raises InputError: SQLite lets any column
         hold any type, nsys writes integers there.
+        """
+        return self.read(self.integer_read(table, spec, coalesced, where, raw))
+
+    def read(self, read: IntegerRead) -> pd.DataFrame:
+        """``read`` (prefetched, or now) as a DataFrame of its output columns, checked to be integers.
 
         A whole table's integers come from its pages when they are plain (``fetch_integers``:
-        ~4x less CPU than SQLite), else through the ADBC driver when installed (columnar
+        about half the CPU of the ADBC driver), else through the driver when installed (columnar
         Arrow batches, several times faster than building Python tuples), else through sqlite3.
         """
-        read = self.integer_read(table, spec, coalesced, where, raw)
         try:
             early = take_prefetched(read)
             got = early.result() if early is not None else fetch_integers(read)
@@ -132,7 +135,7 @@ class Export(Catalog):
             df = pd.DataFrame(got, copy=False)  # fresh arrays: no copy into one 2-D block
         else:
             df = got.to_pandas(split_blocks=True, self_destruct=True)  # frees Arrow buffers as columns convert
-        return self._integers(df, table, [*spec[0], *spec[1], *(coalesced or {})])
+        return self._integers(df, read.table, [name for name, _ in read.sources])
 
     def _integers(self, df: pd.DataFrame, table: str, names: list[str]) -> pd.DataFrame:
         """``df`` with columns ``names`` as int64, or InputError naming the first value that is not an integer.
@@ -280,8 +283,8 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
             raise no_name
         df["demangled_name"] = _decode(demangled.where(demangled != MISSING, short), strings, "<unknown kernel>")
         df["name"] = _decode(short.where(short != MISSING, demangled), strings, "<unknown kernel>")
-    else:  # the demangled name where recorded, chosen by SQLite: one column less to read (a tenth of the read)
-        df = _times(exp.select(table, KERNEL_LEAN_COLUMNS, coalesced=KERNEL_NAME))
+    else:  # the demangled name where recorded, else the short one, as one column (the read a report prefetches)
+        df = _times(exp.read(exp.lean_kernel_read()))
         if (df["nameId"] == MISSING).all():
             raise no_name
         df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")

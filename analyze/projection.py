@@ -42,7 +42,7 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     if (op_pid < 0).all():
         rt_pid, op_pid = np.zeros_like(rt_pid), np.zeros_like(op_pid)
     # One integer key per (pid, correlation id) pair, so the join is a lookup instead of a merge.
-    pids = pd.Index(rt_pid[:1] if (rt_pid[1:] == rt_pid[:-1]).all() else pd.unique(rt_pid))  # one process: no hashing
+    pids = pd.Index(distinct_values(rt_pid))
     if int(rt_cid.max()) >= 2**31:  # ids too large to pack with a pid (a damaged export): number them densely
         ids = np.unique(np.concatenate([rt_cid, op_cid[op_cid >= 0]]))
         rt_cid, op_cid = np.searchsorted(ids, rt_cid), np.where(op_cid >= 0, np.searchsorted(ids, op_cid), -1)
@@ -430,6 +430,11 @@ def first_appearance_codes(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.
     renumber = np.zeros(size, dtype=np.int64)
     renumber[seen] = np.arange(len(seen))
     return renumber[keys], first[seen].astype(np.int64)
+
+
+def distinct_values(values: np.ndarray) -> np.ndarray:
+    """``pd.unique(values)``, without hashing when every value is the same (one GPU or one process: the usual case)."""
+    return values[:1] if (values[1:] == values[:-1]).all() else pd.unique(values)
 
 
 def smallest_int(n: int) -> type[np.signedinteger]:

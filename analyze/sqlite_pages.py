@@ -25,7 +25,6 @@ MISSING = -1  # what a NULL reads as (nsys ids, times and sizes are never negati
 LEAF, INTERIOR = 0x0D, 0x05  # table b-tree page types
 MAX_DEPTH = 20  # a b-tree of 4 KiB pages holds ~2^60 rows in fewer levels
 CHUNK_PAGES = 256  # leaf pages decoded per step (measured best of 64..4096 on a 1.1M-row table)
-ROWID = ""  # key of the rowids among decoded columns
 ONES = np.uint64(0x0101010101010101)  # one in each byte (SWAR: eight serial types in one uint64)
 HIGH = np.uint64(0x8080808080808080)
 LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
@@ -103,24 +102,24 @@ def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int) -> dict[
         part = _decode(words, leaves[first : first + CHUNK_PAGES], page_size, usable, cids, ncols)
         if part is None:
             return None
-        rowid = part.pop(ROWID)
+        rowid, columns = part
         if len(rowid):
             if rowid[0] <= last_rowid:  # rowids rise through the whole table
                 return None
             last_rowid = rowid[-1]
-        for name, values in part.items():
+        for name, values in columns.items():
             out[name][done : done + len(values)] = values
         done += len(rowid)
-    return out if done == len(next(iter(out.values()), [])) else None
+    return out
 
 
 def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, cids: dict[str, int], ncols: int):
-    """Columns ``cids`` and the rowids (key ROWID) of the cells of ``leaves``, or None if anything is odd."""
+    """The rowids and columns ``cids`` of the cells of ``leaves``, or None if anything is odd."""
     cell, cell_end = _cells(words, leaves, page_size, usable, first=8)
     if cell is None:
         return None
     if not len(cell):
-        return {name: np.zeros(0, dtype=np.int64) for name in (ROWID, *cids)}
+        return np.zeros(0, dtype=np.int64), {name: np.zeros(0, dtype=np.int64) for name in cids}
     payload, n1 = _varint(words, cell)
     rowid, n2 = _varint(words, cell + n1)
     if payload is None or rowid is None or (payload < 1).any() or (payload > usable - 35).any():
@@ -133,7 +132,7 @@ def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, cids
     need = max(cids.values()) + 1
     if (header >= 0x80).any() or (header - 1 < need).any() or (header - 1 > ncols).any():
         return None  # long headers, or records older than a column added since (SQLite reads its default)
-    out = {ROWID: rowid}
+    out = {}
     values = record + header  # where the values of the next eight columns start
     for first in range(0, need, 8):
         wanted = [j - first for j in cids.values() if first <= j < first + 8]
@@ -150,7 +149,7 @@ def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, cids
                     v = np.where(t == 0, MISSING, np.where(t >= 8, t - 8, v))
                 out[name] = v
         values = values + total
-    return None if (values > record_end).any() else out
+    return None if (values > record_end).any() else (rowid, out)
 
 
 def _leaf_pages(words: _Words, page_size: int, usable: int, pages: int, root: int) -> np.ndarray | None:

@@ -70,10 +70,10 @@ def cache_key(path: Path, variant: str) -> dict:
 
 
 def prefetch_uncached(path: Path, cache: bool = True) -> None:
-    """Start reading a big nsys export's big tables now (``nsys_schema.prefetch``), unless a cache folder
+    """Start reading a big nsys export's kernel table now (``nsys_schema.prefetch``), unless a cache folder
     beside it will serve the report instead (``cache``: whether the report may use one).
 
-    Called before the report imports pandas: the reads, which run without the GIL, overlap the imports.
+    Called before the report imports pandas: the read, which runs without the GIL, overlaps the imports.
     A cache folder that turns out stale only means no early start.
     """
     from analyze.nsys_schema import prefetch

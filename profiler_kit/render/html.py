@@ -99,19 +99,13 @@ def script_json(value) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("/", "\\u002f")
 
 
-def figure_div(fig: Figure, include_plotlyjs: bool, div_id: str = "chart-1") -> str:
-    """One chart as the ``<div>`` plotly.io.to_html(full_html=False) writes (plotly.js inline when asked).
+def figure_parts(fig: Figure, include_plotlyjs: bool, div_id: str) -> list[str]:
+    """One chart as the ``<div>`` plotly.io.to_html(full_html=False) writes (plotly.js inline when asked),
+    as a list of strings that the page joins once: plotly.js (4.8 MB, not ASCII: each copy costs 5 ms)
+    is then copied once, not once per enclosing string.
 
     ``div_id`` must be unique in the page; numbered in order (not random) so that the same
     report renders to the same bytes.
-    """
-    return "".join(figure_parts(fig, include_plotlyjs, div_id))
-
-
-def figure_parts(fig: Figure, include_plotlyjs: bool, div_id: str) -> list[str]:
-    """``figure_div`` as a list of strings, plotly.js (4.8 MB, not ASCII: each copy costs 5 ms) one of them.
-
-    The page is joined once from such parts, so the script is copied once, not once per enclosing string.
     """
     spec = figure_json(fig)
     load = []
