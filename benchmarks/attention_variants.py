@@ -156,6 +156,29 @@ GRIDS = {
                                  (4, True, False), (4, True, True))
         ],
     },
+    # run 13: the dQ product and the S product left in flight into the next iteration (DQ_LAG, S_LAG), so that
+    # the tensor cores run them behind other products instead of waiting on each; the run-9 defaults beside them
+    "run13": {
+        "fwd": [(128, 64, 8, 3)],
+        "fwd_tma": [],
+        "fwd_grouped": [((128, 64, 8, 4, 112), 2)],
+        "dkdv": [],
+        "dq": [(128, 64, 4, 3)],
+        "tma_dkdv": [],
+        "atomic": [],
+        "bwd_opts": [
+            ("tma", (64, 64, 4, 2, 168), {}),
+            ("tma", (64, 64, 4, 3), {}),
+            ("tma", (64, 64, 4, 2), {"DQ_LAG": True}),
+            ("tma", (64, 64, 4, 2), {"S_LAG": True}),
+            ("tma", (64, 64, 4, 2), {"S_LAG": True, "DQ_LAG": True}),
+            ("tma", (64, 64, 4, 3), {"S_LAG": True}),
+            ("tma", (64, 64, 4, 3), {"DQ_LAG": True}),
+            ("tma", (64, 64, 4, 3), {"S_LAG": True, "DQ_LAG": True}),
+            ("tma", (64, 128, 8, 3), {"S_LAG": True}),
+            ("tma", (64, 64, 4, 2, 168), {}),
+        ],
+    },
 }  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2

@@ -113,6 +113,9 @@ def test_triton_under_torch_compile():
         {"QDO_TMA": True, "REORDER": False, "SCALE_DS": False},
         {"QDO_TMA": True, "REORDER": True, "SCALE_DS": True, "HEAD_GROUP": 2},
         {"REORDER": True, "HEAD_GROUP": 3},
+        {"DQ_LAG": True, "QDO_TMA": False, "SCALE_DS": False},
+        {"DQ_LAG": True, "S_LAG": True, "QDO_TMA": True, "HEAD_GROUP": 2},
+        {"S_LAG": True, "QDO_TMA": True, "SCALE_DS": False},
     ],
 )
 @pytest.mark.parametrize("mode", ["tma", "atomic", "two_kernel"])

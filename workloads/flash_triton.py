@@ -156,7 +156,7 @@ FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inpu
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
-BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True}
+BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True, "DQ_LAG": False, "S_LAG": False}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
@@ -216,6 +216,8 @@ _KEY_DKDV = [
     "QDO_TMA",
     "REORDER",
     "SCALE_DS",
+    "DQ_LAG",
+    "S_LAG",
 ]
 
 
@@ -357,39 +359,53 @@ def _flash_bwd_delta_kernel(
 
 
 @triton.jit
+def _rows(base, desc, row0, start_m, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+          EVEN: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
+    """The (BLOCK_M, HEAD_DIM) tile of Q or dO from row ``start_m``; zeros past N_CTX (with TMA: the next head's rows)."""
+    if TMA:
+        tile = desc.load([row0 + start_m, 0])
+    else:
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        ptrs = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+        if EVEN:
+            tile = tl.load(ptrs)
+        else:
+            tile = tl.load(ptrs, mask=offs_m[:, None] < N_CTX, other=0.0)
+    return tile
+
+
+@triton.jit
 def _dkdv_inner(
-    dk, dv, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base, offs_n, offs_d, lo, hi,
-    N_CTX, qk_scale, sm_scale,
+    dk, dv, dq_prev, prev_row, s_t, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base,
+    offs_n, offs_d, lo, hi, N_CTX, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_LAG: tl.constexpr, S_LAG: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-        if QDO_TMA:  # rows past N_CTX come from the next head (or zeros): lse = inf gives them p = 0, ds = 0
-            q = q_desc.load([row0 + start_m, 0])
-        elif EVEN:
-            q = tl.load(q_base + row_off)
-        else:
-            q = tl.load(q_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
+        q = _rows(q_base, q_desc, row0, start_m, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)
         if EVEN:
             lse = tl.load(l_base + offs_m) * 1.4426950408889634
-        else:
+        else:  # rows past N_CTX: lse = inf gives them p = 0, ds = 0
             lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if MASK:
-            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        if QDO_TMA:
-            do = do_desc.load([row0 + start_m, 0])
-        elif EVEN:
-            do = tl.load(do_base + row_off)
-        else:
-            do = tl.load(do_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
+        do = _rows(do_base, do_desc, row0, start_m, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)
         if EVEN:
             delta = tl.load(d_base + offs_m)
         else:
             delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-        if REORDER:  # dP first: the dV product then runs while dS is computed
+        if S_LAG:  # S of this tile came from the previous iteration; dP waits for it (and for everything before)
+            dp_t = tl.dot(v, tl.trans(do))
+        else:
+            s_t = tl.dot(k, tl.trans(q))
+        if DQ_LAG:  # the previous tile's dQ share (zeros at first): its product ran on the tensor cores ahead of this S
+            dq_desc.atomic_add([prev_row, 0], dq_prev)
+        p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        if MASK:
+            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        if S_LAG:
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
+        elif REORDER:  # dP first: the dV product then runs while dS is computed
             dp_t = tl.dot(v, tl.trans(do))
             dv = tl.dot(p_t.to(do.dtype), do, dv)
         else:
@@ -401,8 +417,12 @@ def _dkdv_inner(
             ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk = tl.dot(ds_t, q, dk)
         if DQ_MODE:
-            dq = tl.dot(tl.trans(ds_t), k) * (1.0 if SCALE_DS else sm_scale)
-        if DQ_MODE == 1:
+            dq = tl.dot(tl.trans(ds_t), k)
+            if not SCALE_DS:
+                dq = dq * sm_scale
+        if DQ_LAG:
+            dq_prev, prev_row = dq, row0 + start_m
+        elif DQ_MODE == 1:
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
             else:
@@ -410,7 +430,10 @@ def _dkdv_inner(
         elif DQ_MODE == 2:
             # rows past N_CTX have p = 0, so their share is exactly zero (and the next head's rows absorb zeros)
             dq_desc.atomic_add([row0 + start_m, 0], dq)
-    return dk, dv
+        if S_LAG:  # the next tile's S, issued now so that it runs behind this tile's products
+            q_next = _rows(q_base, q_desc, row0, start_m + BLOCK_M, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)
+            s_t = tl.dot(k, tl.trans(q_next))
+    return dk, dv, dq_prev, prev_row, s_t
 
 
 @triton.autotune(
@@ -424,7 +447,7 @@ def _dkdv_inner(
 def _flash_bwd_dkdv_kernel(
     Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_LAG: tl.constexpr, S_LAG: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
@@ -455,27 +478,36 @@ def _flash_bwd_dkdv_kernel(
         v = tl.load(V + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dq_prev = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # DQ_LAG: the last dQ share not yet added
+    prev_row = row0
+    lo = pid_n * BLOCK_N if IS_CAUSAL else 0
+    if S_LAG:  # S_LAG: the S tile of the next query tile, computed one iteration ahead
+        s_t = tl.dot(k, tl.trans(_rows(Q + base, Q_DESC, row0, lo, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)))
+    else:
+        s_t = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     lrow = L + off_bh * N_CTX
     drow = D + off_bh * N_CTX
     if IS_CAUSAL:
         start = pid_n * BLOCK_N
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
+        dk, dv, dq_prev, prev_row, s_t = _dkdv_inner(
+            dk, dv, dq_prev, prev_row, s_t, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS,
+            QDO_TMA, REORDER, SCALE_DS, DQ_LAG, S_LAG,
         )  # fmt: skip
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
+        dk, dv, dq_prev, prev_row, s_t = _dkdv_inner(
+            dk, dv, dq_prev, prev_row, s_t, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS,
+            QDO_TMA, REORDER, SCALE_DS, DQ_LAG, S_LAG,
         )  # fmt: skip
     else:
-        dk, dv = _dkdv_inner(
-            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
+        dk, dv, dq_prev, prev_row, s_t = _dkdv_inner(
+            dk, dv, dq_prev, prev_row, s_t, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS,
+            QDO_TMA, REORDER, SCALE_DS, DQ_LAG, S_LAG,
         )  # fmt: skip
+    if DQ_LAG:
+        DQ_DESC.atomic_add([prev_row, 0], dq_prev)
     if not SCALE_DS:
         dk = dk * sm_scale
     if EVEN:
@@ -738,6 +770,8 @@ def backward_kernels(
     opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # TMA needs 16-byte aligned tiles
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q) and aligned
+    opts["DQ_LAG"] = bool(opts["DQ_LAG"]) and mode_id == 2
+    opts["S_LAG"] = bool(opts["S_LAG"]) and opts["QDO_TMA"]  # its look-ahead tile may lie past the end: TMA gives zeros
     bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
     if mode_id == 2:

@@ -43,6 +43,7 @@ def build(kernel, sig: dict, consts: dict, warps: int, stages: int, maxnreg: int
     cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"{fn.__name__}.cubin"
     cubin.write_bytes(compiled.asm["cubin"])
     cubin.with_suffix(".ttgir").write_text(compiled.asm["ttgir"])  # the GPU IR, beside the cubin, to read
+    cubin.with_suffix(".ptx").write_text(compiled.asm["ptx"])
     usage = subprocess.run([TOOLS / "cuobjdump", "--dump-resource-usage", cubin], capture_output=True, text=True)
     sass = subprocess.run([TOOLS / "cuobjdump", "--dump-sass", cubin], capture_output=True, text=True).stdout
     line = next(x.strip() for x in usage.stdout.splitlines() if "REG:" in x)
