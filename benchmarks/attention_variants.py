@@ -156,9 +156,10 @@ GRIDS = {
                                  (4, True, False), (4, True, True))
         ],
     },
-    # run 13: the dQ product and the S product left in flight into the next iteration (DQ_LAG, S_LAG), so that
-    # the tensor cores run them behind other products instead of waiting on each; the run-9 defaults beside them
-    "run13": {
+    # run 13b: dQ^T = K^T dS instead of dQ = dS^T K (DQ_T): dS reaches the tensor cores from shared memory as it is,
+    # without a transposed copy in registers; the dQ buffer holds dQ^T. (Run 13's grid, the DQ_LAG and S_LAG
+    # switches, is at commit e5a6b6a.)
+    "run13b": {
         "fwd": [(128, 64, 8, 3)],
         "fwd_tma": [],
         "fwd_grouped": [((128, 64, 8, 4, 112), 2)],
@@ -168,14 +169,12 @@ GRIDS = {
         "atomic": [],
         "bwd_opts": [
             ("tma", (64, 64, 4, 2, 168), {}),
+            ("tma", (64, 64, 4, 2, 168), {"DQ_T": True}),
             ("tma", (64, 64, 4, 3), {}),
-            ("tma", (64, 64, 4, 2), {"DQ_LAG": True}),
-            ("tma", (64, 64, 4, 2), {"S_LAG": True}),
-            ("tma", (64, 64, 4, 2), {"S_LAG": True, "DQ_LAG": True}),
-            ("tma", (64, 64, 4, 3), {"S_LAG": True}),
-            ("tma", (64, 64, 4, 3), {"DQ_LAG": True}),
-            ("tma", (64, 64, 4, 3), {"S_LAG": True, "DQ_LAG": True}),
-            ("tma", (64, 128, 8, 3), {"S_LAG": True}),
+            ("tma", (64, 64, 4, 3), {"DQ_T": True}),
+            ("tma", (64, 64, 4, 2), {"DQ_T": True}),
+            ("tma", (64, 64, 4, 3), {"DQ_T": True, "REORDER": True}),
+            ("tma", (64, 64, 4, 2, 168), {"DQ_T": True}),
             ("tma", (64, 64, 4, 2, 168), {}),
         ],
     },

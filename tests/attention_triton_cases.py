@@ -105,7 +105,7 @@ def test_triton_under_torch_compile():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("seq,causal", [(37, True), (80, False)])
+@pytest.mark.parametrize("seq,causal", [(37, True), (80, False), (64, True)])
 @pytest.mark.parametrize(
     "opts",
     [
@@ -113,9 +113,8 @@ def test_triton_under_torch_compile():
         {"QDO_TMA": True, "REORDER": False, "SCALE_DS": False},
         {"QDO_TMA": True, "REORDER": True, "SCALE_DS": True, "HEAD_GROUP": 2},
         {"REORDER": True, "HEAD_GROUP": 3},
-        {"DQ_LAG": True, "QDO_TMA": False, "SCALE_DS": False},
-        {"DQ_LAG": True, "S_LAG": True, "QDO_TMA": True, "HEAD_GROUP": 2},
-        {"S_LAG": True, "QDO_TMA": True, "SCALE_DS": False},
+        {"DQ_T": True, "QDO_TMA": False, "SCALE_DS": False},
+        {"DQ_T": True, "QDO_TMA": True, "HEAD_GROUP": 2},
     ],
 )
 @pytest.mark.parametrize("mode", ["tma", "atomic", "two_kernel"])

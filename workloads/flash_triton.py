@@ -120,6 +120,8 @@ def _desc_hook(nargs):
     ):
         if name in nargs and not isinstance(nargs[name], torch.Tensor):
             nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
+    if nargs.get("DQ_T"):  # the dQ^T tile is (HEAD_DIM, BLOCK_M)
+        nargs["DQ_DESC"].block_shape = [nargs["HEAD_DIM"], nargs["BLOCK_M"]]
 
 
 def _cfg(bm, bn, warps, stages, maxnreg=None, hook=None):
@@ -156,7 +158,7 @@ FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inpu
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
-BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True, "DQ_LAG": False, "S_LAG": False}
+BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True, "DQ_T": False}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
@@ -216,8 +218,7 @@ _KEY_DKDV = [
     "QDO_TMA",
     "REORDER",
     "SCALE_DS",
-    "DQ_LAG",
-    "S_LAG",
+    "DQ_T",
 ]
 
 
@@ -376,10 +377,10 @@ def _rows(base, desc, row0, start_m, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOC
 
 @triton.jit
 def _dkdv_inner(
-    dk, dv, dq_prev, prev_row, s_t, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base,
-    offs_n, offs_d, lo, hi, N_CTX, qk_scale, sm_scale,
+    dk, dv, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base, offs_n, offs_d, lo, hi,
+    N_CTX, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_LAG: tl.constexpr, S_LAG: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_T: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -394,18 +395,10 @@ def _dkdv_inner(
             delta = tl.load(d_base + offs_m)
         else:
             delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-        if S_LAG:  # S of this tile came from the previous iteration; dP waits for it (and for everything before)
-            dp_t = tl.dot(v, tl.trans(do))
-        else:
-            s_t = tl.dot(k, tl.trans(q))
-        if DQ_LAG:  # the previous tile's dQ share (zeros at first): its product ran on the tensor cores ahead of this S
-            dq_desc.atomic_add([prev_row, 0], dq_prev)
-        p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
         if MASK:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        if S_LAG:
-            dv = tl.dot(p_t.to(do.dtype), do, dv)
-        elif REORDER:  # dP first: the dV product then runs while dS is computed
+        if REORDER:  # dP first: the dV product then runs while dS is computed
             dp_t = tl.dot(v, tl.trans(do))
             dv = tl.dot(p_t.to(do.dtype), do, dv)
         else:
@@ -416,24 +409,23 @@ def _dkdv_inner(
         else:
             ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk = tl.dot(ds_t, q, dk)
-        if DQ_MODE:
+        if DQ_T:  # dQ transposed, (HEAD_DIM, BLOCK_M): dS goes to the tensor cores as it is, not transposed
+            dq = tl.dot(tl.trans(k), ds_t)
+        elif DQ_MODE:
             dq = tl.dot(tl.trans(ds_t), k)
-            if not SCALE_DS:
-                dq = dq * sm_scale
-        if DQ_LAG:
-            dq_prev, prev_row = dq, row0 + start_m
-        elif DQ_MODE == 1:
+        if DQ_MODE and not SCALE_DS:
+            dq = dq * sm_scale
+        if DQ_MODE == 1:
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
             else:
                 tl.atomic_add(dq_base + row_off, dq, mask=offs_m[:, None] < N_CTX, sem="relaxed")
+        elif DQ_T:  # into dQ^T, (batch*heads*HEAD_DIM, N_CTX): columns past N_CTX fall outside and are dropped
+            dq_desc.atomic_add([row0 // N_CTX * HEAD_DIM, start_m], dq)
         elif DQ_MODE == 2:
             # rows past N_CTX have p = 0, so their share is exactly zero (and the next head's rows absorb zeros)
             dq_desc.atomic_add([row0 + start_m, 0], dq)
-        if S_LAG:  # the next tile's S, issued now so that it runs behind this tile's products
-            q_next = _rows(q_base, q_desc, row0, start_m + BLOCK_M, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)
-            s_t = tl.dot(k, tl.trans(q_next))
-    return dk, dv, dq_prev, prev_row, s_t
+    return dk, dv
 
 
 @triton.autotune(
@@ -447,7 +439,7 @@ def _dkdv_inner(
 def _flash_bwd_dkdv_kernel(
     Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_LAG: tl.constexpr, S_LAG: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_T: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
@@ -478,36 +470,27 @@ def _flash_bwd_dkdv_kernel(
         v = tl.load(V + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dq_prev = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)  # DQ_LAG: the last dQ share not yet added
-    prev_row = row0
-    lo = pid_n * BLOCK_N if IS_CAUSAL else 0
-    if S_LAG:  # S_LAG: the S tile of the next query tile, computed one iteration ahead
-        s_t = tl.dot(k, tl.trans(_rows(Q + base, Q_DESC, row0, lo, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)))
-    else:
-        s_t = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     lrow = L + off_bh * N_CTX
     drow = D + off_bh * N_CTX
     if IS_CAUSAL:
         start = pid_n * BLOCK_N
-        dk, dv, dq_prev, prev_row, s_t = _dkdv_inner(
-            dk, dv, dq_prev, prev_row, s_t, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, DQ_LAG, S_LAG,
+            QDO_TMA, REORDER, SCALE_DS, DQ_T,
         )  # fmt: skip
-        dk, dv, dq_prev, prev_row, s_t = _dkdv_inner(
-            dk, dv, dq_prev, prev_row, s_t, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, DQ_LAG, S_LAG,
+            QDO_TMA, REORDER, SCALE_DS, DQ_T,
         )  # fmt: skip
     else:
-        dk, dv, dq_prev, prev_row, s_t = _dkdv_inner(
-            dk, dv, dq_prev, prev_row, s_t, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
+        dk, dv = _dkdv_inner(
+            dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, DQ_LAG, S_LAG,
+            QDO_TMA, REORDER, SCALE_DS, DQ_T,
         )  # fmt: skip
-    if DQ_LAG:
-        DQ_DESC.atomic_add([prev_row, 0], dq_prev)
     if not SCALE_DS:
         dk = dk * sm_scale
     if EVEN:
@@ -754,7 +737,13 @@ def backward_kernels(
     mode_id = BWD_MODES[mode]
     # dO may have any strides (``o.sum()`` gives an expanded one): the D kernel copies it and zeroes dQ's buffer
     do_c = do if do.is_contiguous() else torch.empty(do.shape, dtype=do.dtype, device=do.device)
+    plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
+    tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32
+    opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
+    opts["DQ_T"] = bool(opts["DQ_T"]) and mode_id == 2 and n % 4 == 0  # TMA needs dQ^T's rows 16-byte aligned
     dq = torch.empty(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
+    if opts["DQ_T"]:  # the same buffer holds dQ^T, (batch*heads, HEAD_DIM, N_CTX)
+        dq = dq.view(bh, d, n)
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
     _launch(
@@ -765,16 +754,13 @@ def backward_kernels(
     )
     do = do_c
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
-    tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32
-    opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # TMA needs 16-byte aligned tiles
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q) and aligned
-    opts["DQ_LAG"] = bool(opts["DQ_LAG"]) and mode_id == 2
-    opts["S_LAG"] = bool(opts["S_LAG"]) and opts["QDO_TMA"]  # its look-ahead tile may lie past the end: TMA gives zeros
     bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
-    if mode_id == 2:
+    if opts["DQ_T"]:
+        dq_desc = TensorDescriptor(dq, [bh * d, n], [n, 1], [d, bm])
+    elif mode_id == 2:
         dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [bm, d])
     if opts["QDO_TMA"]:
         q_desc = TensorDescriptor(q, [bh * n, d], [d, 1], [bm, d])
@@ -790,6 +776,8 @@ def backward_kernels(
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
     _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
+    if opts["DQ_T"]:
+        return torch.empty_like(q).copy_(dq.transpose(1, 2)), dk, dv
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)

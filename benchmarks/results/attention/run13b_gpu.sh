@@ -1,0 +1,11 @@
+#!/bin/bash
+# Run 13b (one device call): the dK/dV kernel computing dQ^T = K^T dS (DQ_T) instead of dQ = dS^T K, screened
+# next to SDPA and the run-9 defaults at 1x16x16384x64 bf16 causal; the
+# winner then goes through attention_bench (leaderboard timing, warmup 200 / rep 2000) and the fp32-reference checks.
+# Usage on the device machine, repo root: OUT=<dir> bash benchmarks/results/attention/run13b_gpu.sh
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv
+timeout 540 python3 benchmarks/attention_variants.py --grid run13b --tag run13b --out-dir $OUT \
+  --budget-s 300 2> $OUT/run13b_log.txt
+grep -v '^{\|^Autotun\|^with key\|^finished\|^best config\|^Triton auto' $OUT/run13b_log.txt | tail -40
+ls -la $OUT
