@@ -156,28 +156,8 @@ GRIDS = {
                                  (4, True, False), (4, True, True))
         ],
     },
-    # run 13b: dQ^T = K^T dS instead of dQ = dS^T K (DQ_T): dS reaches the tensor cores from shared memory as it is,
-    # without a transposed copy in registers; the dQ buffer holds dQ^T. (Run 13's grid, the DQ_LAG and S_LAG
-    # switches, is at commit e5a6b6a.)
-    "run13b": {
-        "fwd": [(128, 64, 8, 3)],
-        "fwd_tma": [],
-        "fwd_grouped": [((128, 64, 8, 4, 112), 2)],
-        "dkdv": [],
-        "dq": [(128, 64, 4, 3)],
-        "tma_dkdv": [],
-        "atomic": [],
-        "bwd_opts": [
-            ("tma", (64, 64, 4, 2, 168), {}),
-            ("tma", (64, 64, 4, 2, 168), {"DQ_T": True}),
-            ("tma", (64, 64, 4, 3), {}),
-            ("tma", (64, 64, 4, 3), {"DQ_T": True}),
-            ("tma", (64, 64, 4, 2), {"DQ_T": True}),
-            ("tma", (64, 64, 4, 3), {"DQ_T": True, "REORDER": True}),
-            ("tma", (64, 64, 4, 2, 168), {"DQ_T": True}),
-            ("tma", (64, 64, 4, 2, 168), {}),
-        ],
-    },
+    # runs 13 and 13b (DQ_LAG, S_LAG, DQ_T: all lost, results/attention/README.md) ran their grids at commits e5a6b6a
+    # and b514e3d, with those switches in workloads/flash_triton.py
 }  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2

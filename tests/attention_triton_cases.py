@@ -113,8 +113,6 @@ def test_triton_under_torch_compile():
         {"QDO_TMA": True, "REORDER": False, "SCALE_DS": False},
         {"QDO_TMA": True, "REORDER": True, "SCALE_DS": True, "HEAD_GROUP": 2},
         {"REORDER": True, "HEAD_GROUP": 3},
-        {"DQ_T": True, "QDO_TMA": False, "SCALE_DS": False},
-        {"DQ_T": True, "QDO_TMA": True, "HEAD_GROUP": 2},
     ],
 )
 @pytest.mark.parametrize("mode", ["tma", "atomic", "two_kernel"])

@@ -120,8 +120,6 @@ def _desc_hook(nargs):
     ):
         if name in nargs and not isinstance(nargs[name], torch.Tensor):
             nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
-    if nargs.get("DQ_T"):  # the dQ^T tile is (HEAD_DIM, BLOCK_M)
-        nargs["DQ_DESC"].block_shape = [nargs["HEAD_DIM"], nargs["BLOCK_M"]]
 
 
 def _cfg(bm, bn, warps, stages, maxnreg=None, hook=None):
@@ -158,7 +156,7 @@ FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inpu
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
-BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True, "DQ_T": False}
+BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
@@ -218,7 +216,6 @@ _KEY_DKDV = [
     "QDO_TMA",
     "REORDER",
     "SCALE_DS",
-    "DQ_T",
 ]
 
 
@@ -360,44 +357,38 @@ def _flash_bwd_delta_kernel(
 
 
 @triton.jit
-def _rows(base, desc, row0, start_m, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-          EVEN: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
-    """The (BLOCK_M, HEAD_DIM) tile of Q or dO from row ``start_m``; zeros past N_CTX (with TMA: the next head's rows)."""
-    if TMA:
-        tile = desc.load([row0 + start_m, 0])
-    else:
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        ptrs = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-        if EVEN:
-            tile = tl.load(ptrs)
-        else:
-            tile = tl.load(ptrs, mask=offs_m[:, None] < N_CTX, other=0.0)
-    return tile
-
-
-@triton.jit
 def _dkdv_inner(
     dk, dv, k, v, q_base, do_base, q_desc, do_desc, dq_base, dq_desc, row0, l_base, d_base, offs_n, offs_d, lo, hi,
     N_CTX, qk_scale, sm_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, EVEN: tl.constexpr, DQ_MODE: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_T: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-        q = _rows(q_base, q_desc, row0, start_m, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)
+        if QDO_TMA:  # rows past N_CTX come from the next head (or zeros): lse = inf gives them p = 0, ds = 0
+            q = q_desc.load([row0 + start_m, 0])
+        elif EVEN:
+            q = tl.load(q_base + row_off)
+        else:
+            q = tl.load(q_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
         if EVEN:
             lse = tl.load(l_base + offs_m) * 1.4426950408889634
-        else:  # rows past N_CTX: lse = inf gives them p = 0, ds = 0
+        else:
             lse = tl.load(l_base + offs_m, mask=offs_m < N_CTX, other=float("inf")) * 1.4426950408889634
-        do = _rows(do_base, do_desc, row0, start_m, offs_d, N_CTX, HEAD_DIM, BLOCK_M, EVEN, QDO_TMA)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
+        if MASK:
+            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        if QDO_TMA:
+            do = do_desc.load([row0 + start_m, 0])
+        elif EVEN:
+            do = tl.load(do_base + row_off)
+        else:
+            do = tl.load(do_base + row_off, mask=offs_m[:, None] < N_CTX, other=0.0)
         if EVEN:
             delta = tl.load(d_base + offs_m)
         else:
             delta = tl.load(d_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # (BLOCK_N, BLOCK_M)
-        if MASK:
-            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         if REORDER:  # dP first: the dV product then runs while dS is computed
             dp_t = tl.dot(v, tl.trans(do))
             dv = tl.dot(p_t.to(do.dtype), do, dv)
@@ -409,19 +400,13 @@ def _dkdv_inner(
         else:
             ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk = tl.dot(ds_t, q, dk)
-        if DQ_T:  # dQ transposed, (HEAD_DIM, BLOCK_M): dS goes to the tensor cores as it is, not transposed
-            dq = tl.dot(tl.trans(k), ds_t)
-        elif DQ_MODE:
-            dq = tl.dot(tl.trans(ds_t), k)
-        if DQ_MODE and not SCALE_DS:
-            dq = dq * sm_scale
+        if DQ_MODE:
+            dq = tl.dot(tl.trans(ds_t), k) * (1.0 if SCALE_DS else sm_scale)
         if DQ_MODE == 1:
             if EVEN:
                 tl.atomic_add(dq_base + row_off, dq, sem="relaxed")
             else:
                 tl.atomic_add(dq_base + row_off, dq, mask=offs_m[:, None] < N_CTX, sem="relaxed")
-        elif DQ_T:  # into dQ^T, (batch*heads*HEAD_DIM, N_CTX): columns past N_CTX fall outside and are dropped
-            dq_desc.atomic_add([row0 // N_CTX * HEAD_DIM, start_m], dq)
         elif DQ_MODE == 2:
             # rows past N_CTX have p = 0, so their share is exactly zero (and the next head's rows absorb zeros)
             dq_desc.atomic_add([row0 + start_m, 0], dq)
@@ -439,7 +424,7 @@ def _dkdv_inner(
 def _flash_bwd_dkdv_kernel(
     Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
     HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, DQ_T: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per key tile: dK, dV accumulated over the query tiles that see it.
@@ -478,18 +463,18 @@ def _flash_bwd_dkdv_kernel(
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start, start + BLOCK_N, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, True, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, DQ_T,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             start + BLOCK_N, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, DQ_T,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
     else:
         dk, dv = _dkdv_inner(
             dk, dv, k, v, Q + base, DO + base, Q_DESC, DO_DESC, DQ + base, DQ_DESC, row0, lrow, drow, offs_n, offs_d,
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
-            QDO_TMA, REORDER, SCALE_DS, DQ_T,
+            QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
     if not SCALE_DS:
         dk = dk * sm_scale
@@ -737,13 +722,7 @@ def backward_kernels(
     mode_id = BWD_MODES[mode]
     # dO may have any strides (``o.sum()`` gives an expanded one): the D kernel copies it and zeroes dQ's buffer
     do_c = do if do.is_contiguous() else torch.empty(do.shape, dtype=do.dtype, device=do.device)
-    plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
-    tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32
-    opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
-    opts["DQ_T"] = bool(opts["DQ_T"]) and mode_id == 2 and n % 4 == 0  # TMA needs dQ^T's rows 16-byte aligned
     dq = torch.empty(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
-    if opts["DQ_T"]:  # the same buffer holds dQ^T, (batch*heads, HEAD_DIM, N_CTX)
-        dq = dq.view(bh, d, n)
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
     _launch(
@@ -754,13 +733,14 @@ def backward_kernels(
     )
     do = do_c
     dk, dv = torch.empty_like(k), torch.empty_like(v)
+    plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
+    tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32
+    opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # TMA needs 16-byte aligned tiles
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q) and aligned
     bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
-    if opts["DQ_T"]:
-        dq_desc = TensorDescriptor(dq, [bh * d, n], [n, 1], [d, bm])
-    elif mode_id == 2:
+    if mode_id == 2:
         dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [bm, d])
     if opts["QDO_TMA"]:
         q_desc = TensorDescriptor(q, [bh * n, d], [d, 1], [bm, d])
@@ -776,8 +756,6 @@ def backward_kernels(
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
     _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
-    if opts["DQ_T"]:
-        return torch.empty_like(q).copy_(dq.transpose(1, 2)), dk, dv
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)
