@@ -158,27 +158,7 @@ GRIDS = {
     },
     # runs 13 and 13b (DQ_LAG, S_LAG, DQ_T: all lost, results/attention/README.md) ran their grids at commits e5a6b6a
     # and b514e3d, with those switches in workloads/flash_triton.py
-    # run 14: the dK/dV kernel in Gluon (workloads/flash_gluon.py; config (64, 64, 4, stages, maxnreg)) next to the default
-    "run14c": {
-        "fwd": [(128, 64, 8, 3)],
-        "fwd_tma": [],
-        "fwd_grouped": [((128, 64, 8, 4, 112), 2)],
-        "dkdv": [],
-        "dq": [(128, 64, 4, 3)],
-        "tma_dkdv": [],
-        "atomic": [],
-        "bwd_opts": [
-            ("tma", (64, 64, 4, 2, 168), {}),
-            ("gluon", (64, 64, 4, 3, 0, 1, True), {}),
-            ("gluon", (64, 64, 4, 3, 0, 1, False), {}),
-            ("gluon", (64, 128, 8, 2, 0, 1, True), {}),
-            ("gluon", (64, 128, 8, 3, 0, 1, True), {}),
-            ("gluon", (64, 128, 8, 2, 0, 2, True), {}),
-            ("gluon", (64, 128, 8, 2, 0, 1, False), {}),
-            ("gluon", (64, 64, 4, 3, 0, 1, True), {"HEAD_GROUP": 8}),
-            ("tma", (64, 64, 4, 2, 168), {}),
-        ],
-    },
+    # run 14 (the dK/dV kernel in Gluon, mode "gluon": as fast as the default, removed) ran its grids at commit f4ca10a
 }  # fmt: skip
 FALLBACK = [64, 64, 4, 3]  # small tiles that compile for every head dim: last in each autotune list
 TOL = 1e-2

@@ -158,7 +158,7 @@ FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longes
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
 BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
-BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon": 2}  # gluon: flash_gluon's dK/dV kernel, tma's buffers
+BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
@@ -719,10 +719,6 @@ def backward_kernels(
     inputs with head dims up to ``BWD_OPTS_MAX_D``; others start from all switches off).
     """
     bh, n, d = q.shape
-    if mode == "gluon":
-        from workloads import flash_gluon
-
-        mode = "gluon" if flash_gluon.supported(q, is_causal) else "tma"
     mode_id = BWD_MODES[mode]
     # dO may have any strides (``o.sum()`` gives an expanded one): the D kernel copies it and zeroes dQ's buffer
     do_c = do if do.is_contiguous() else torch.empty(do.shape, dtype=do.dtype, device=do.device)
@@ -759,11 +755,7 @@ def backward_kernels(
 
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
-    if mode == "gluon":
-        config = tuple(dkdv_config) + (None, 1, True)[len(dkdv_config) - 4 :] if dkdv_config else flash_gluon.DEFAULT
-        flash_gluon.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, config, opts["HEAD_GROUP"])
-    else:
-        _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
+    _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)

@@ -1,5 +1,7 @@
 """Run 14: the Gluon dK/dV kernel against the tma-mode Triton backward on the same inputs (GPU only).
 
+Needs the code at commit f4ca10a (workloads/flash_gluon.py and mode "gluon" were removed after run 14).
+
 python benchmarks/results/attention/run14_gluon_check.py   # one line per case: max relative error of dQ, dK, dV
 """
 
