@@ -3,18 +3,23 @@
 ``analyze.nsys_sqlite`` turns what these reads return into the Trace's tables. Integer columns
 of a whole table (``IntegerRead``) come from the file's pages (``analyze.sqlite_pages``), else
 through the ADBC driver, else (None) the reader's sqlite3 path. The split lets a report start
-the biggest read early (``prefetch``), while pandas is still being imported.
+the biggest reads early (``prefetch``; on Linux in a forked process, ``analyze.early_read``),
+while pandas is still being imported.
 """
 
 from __future__ import annotations
 
 import functools
 import sqlite3
-from concurrent.futures import Future, ThreadPoolExecutor
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analyze.errors import InputError
+
+if TYPE_CHECKING:  # imported where used: a report imports this module before the fork in ``prefetch``
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -185,8 +190,15 @@ class Catalog:
         """The read of the kernel table that a report makes (``read_nsys_sqlite(details=False)``)."""
         return self.integer_read(KERNEL_TABLE, KERNEL_LEAN_COLUMNS, KERNEL_NAME)
 
+    def lean_runtime_read(self) -> IntegerRead:
+        """The read of the runtime table that a report makes (``read_nsys_sqlite(details=False)``)."""
+        return self.integer_read(RUNTIME_TABLE, RUNTIME_LEAN_COLUMNS)
+
     def close(self):
         self.conn.close()
+
+
+LEAN_READS = {KERNEL_TABLE: Catalog.lean_kernel_read, RUNTIME_TABLE: Catalog.lean_runtime_read}
 
 
 def _coalesce_sql(columns: tuple[str, ...]) -> str:
@@ -221,21 +233,26 @@ def fetch_integers(read: IntegerRead):
     The driver's own exceptions pass through.
     """
     if read.root:
-        import numpy as np
-
         from analyze.sqlite_pages import read_integer_columns
 
         columns = read_integer_columns(Path(read.path), read.root, dict(read.positions), read.ncols)
         if columns is not None:
-            rows = len(next(iter(columns.values())))
-            out = {}
-            for name, cols in read.sources:
-                value = columns[cols[0]] if cols else np.full(rows, MISSING, dtype=np.int64)
-                for other in cols[1:]:
-                    value = np.where(value != MISSING, value, columns[other])
-                out[name] = value
-            return out
+            return output_columns(read, columns)
     return fetch_arrow(Path(read.path), read.sql) if adbc_sqlite() is not None else None
+
+
+def output_columns(read: IntegerRead, columns: dict) -> dict:
+    """``read``'s output columns from the table's source columns (int64 arrays, as the page reader gives them)."""
+    import numpy as np
+
+    rows = len(next(iter(columns.values())))
+    out = {}
+    for name, cols in read.sources:
+        value = columns[cols[0]] if cols else np.full(rows, MISSING, dtype=np.int64)
+        for other in cols[1:]:
+            value = np.where(value != MISSING, value, columns[other])
+        out[name] = value
+    return out
 
 
 def fetch_arrow(path: Path, sql: str):
@@ -256,38 +273,44 @@ def fetch_arrow(path: Path, sql: str):
             return pa.RecordBatchReader._import_from_c(stream.address).read_all()
 
 
-_prefetched: dict[IntegerRead, Future] = {}
+_prefetched: dict[IntegerRead, Future] = {}  # or early_read.EarlyRead: anything with result()
 _prefetch_pool: ThreadPoolExecutor | None = None
 
 
 def prefetch(path: Path) -> None:
-    """Start reading an export's kernel table as a report will, on a thread, through the ADBC driver.
+    """Start reading an export's kernel and runtime tables as a report will, while it imports pandas.
 
-    Called while the report imports pandas, which holds the GIL: the driver's read is one call
-    that releases it, so it runs beside the imports at full speed. The page reader needs half
-    the CPU but takes the GIL between its steps, and there it lost (150-copy export, whole report,
-    medians of ten alternating runs: kernel table through the driver here 1.47 s, both tables
-    from the pages here 1.64 s, nothing started early 1.54 s). The runtime table is left to the
-    reader, which reads it from the pages once the imports are done. ``take_prefetched`` hands
-    the result to the reader when it asks for the same read; anything that goes wrong here is
-    left for the reader to find and report.
+    Before pandas is imported, on Linux, a forked process reads both from the pages (``analyze.early_read``):
+    it has the second core while the imports hold this one, and the page reader needs half the CPU of the
+    ADBC driver (150-copy export, whole report without cache, medians of 15 alternating runs on a 2-core VM:
+    1.18 s; 1.38 s before, with the kernel table through the driver on a thread). Elsewhere, or where pandas
+    is imported already, the kernel table is read on a thread through the ADBC driver, whose read is one call
+    that releases the GIL (the page reader on a thread takes the GIL between its steps, and beside the imports
+    it lost: 1.64 s against 1.47 s), and the runtime table is left to the reader. ``take_prefetched`` hands a
+    result to the reader when it asks for the same read; anything that goes wrong here is left for the reader
+    to find and report.
     """
     global _prefetch_pool
-    if adbc_sqlite() is None:
-        return
     try:
         catalog = Catalog(path)
         try:
-            read = catalog.lean_kernel_read() if catalog.has(KERNEL_TABLE) else None
+            reads = [read(catalog) for table, read in LEAN_READS.items() if catalog.has(table)]
         finally:
             catalog.close()
     except (OSError, InputError):
         return
-    if read is None:
+    if "pandas" not in sys.modules:  # a process with pandas (a test, a notebook) has no imports left to overlap
+        from analyze.early_read import start
+
+        _prefetched.update(start([read for read in reads if read.root]))
+    kernels = [read for read in reads if read.table == KERNEL_TABLE and read not in _prefetched]
+    if not kernels or adbc_sqlite() is None:
         return
     if _prefetch_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         _prefetch_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-prefetch")
-    _prefetched[read] = _prefetch_pool.submit(fetch_arrow, Path(read.path), read.sql)
+    _prefetched[kernels[0]] = _prefetch_pool.submit(fetch_arrow, Path(kernels[0].path), kernels[0].sql)
 
 
 def take_prefetched(read: IntegerRead) -> Future | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +31,16 @@ HIGH = np.uint64(0x8080808080808080)
 LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
 
 
-def read_integer_columns(path: Path, root: int, cids: dict[str, int], ncols: int) -> dict[str, np.ndarray] | None:
+def read_integer_columns(
+    path: Path, root: int, cids: dict[str, int], ncols: int, allocate: Callable[[int], np.ndarray] | None = None
+) -> dict[str, np.ndarray] | None:
     """Columns ``cids`` (name -> position in the table) of the rowid table rooted at page ``root``.
 
     ``ncols`` is the table's column count. Values come back as int64 arrays in rowid order
     (SQLite's own scan order), NULL as MISSING. None when the table is not the plain case,
     and on a big-endian machine (the byte views below read words as little-endian ones).
+    ``allocate(rows)`` gives each column's int64 array (default: ``np.empty``); the early
+    read (``analyze.early_read``) passes one that places them in memory its parent shares.
     """
     if sys.byteorder != "little":
         return None
@@ -45,7 +50,7 @@ def read_integer_columns(path: Path, root: int, cids: dict[str, int], ncols: int
         except (OSError, ValueError):  # an empty file or one that cannot be mapped
             return None
     try:
-        return _read(np.frombuffer(mm, dtype=np.uint8), root, cids, ncols)
+        return _read(np.frombuffer(mm, dtype=np.uint8), root, cids, ncols, allocate or _empty)
     except (IndexError, ValueError):  # a damaged page that got past the checks; SQLite will say what is wrong
         return None
     finally:
@@ -57,33 +62,38 @@ class _Words:
 
     One gather then reads a varint, eight serial types or a whole value. The windows are
     strided views of the mapped file, no copy; the last 7 offsets, whose words would run
-    past the end of the file, are read with zero padding.
+    past the end of the file, are read with zero padding. ``pairs`` reads the 2-byte
+    big-endian numbers at even offsets: a page's cell pointers, cheaper than whole words.
     """
 
     def __init__(self, buf: np.ndarray):
         self.buf = buf
         windows = np.lib.stride_tricks.as_strided(buf, shape=(max(len(buf) - 7, 0), 8), strides=(1, 1))
-        self.views = {"big": windows.view(">u8")[:, 0], "little": windows.view("<u8")[:, 0]}
+        self.windows = windows.view("<u8")[:, 0]  # native order: a gather is the only copy
+        self.pairs = buf[: len(buf) // 2 * 2].view(">u2")
 
     def big(self, at: np.ndarray) -> np.ndarray:
         """Big-endian uint64 words at ``at`` (as SQLite stores integers and varints)."""
-        return self._gather("big", at)
+        words = self.little(at)
+        words.byteswap(inplace=True)
+        return words
 
     def little(self, at: np.ndarray) -> np.ndarray:
         """Little-endian uint64 words at ``at``: the byte at ``at`` is the lowest."""
-        return self._gather("little", at)
-
-    def _gather(self, order: str, at: np.ndarray) -> np.ndarray:
-        view = self.views[order]
+        view = self.windows
         if not len(at) or at.max() < len(view):
-            return view[at].astype(np.uint64)
-        words = view[np.minimum(at, len(view) - 1)].astype(np.uint64)
+            return view[at]
+        words = view[np.minimum(at, len(view) - 1)]
         for i in np.flatnonzero(at >= len(view)):
-            words[i] = int.from_bytes(self.buf[at[i] : at[i] + 8].tobytes().ljust(8, b"\0"), order)
+            words[i] = int.from_bytes(self.buf[at[i] : at[i] + 8].tobytes().ljust(8, b"\0"), "little")
         return words
 
 
-def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int) -> dict[str, np.ndarray] | None:
+def _empty(rows: int) -> np.ndarray:
+    return np.empty(rows, dtype=np.int64)
+
+
+def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int, allocate) -> dict[str, np.ndarray] | None:
     if len(buf) < 512 or buf[18] != 1 or buf[19] != 1:  # 2: WAL mode, whose last writes may live elsewhere
         return None
     page_size = int.from_bytes(buf[16:18].tobytes(), "big")
@@ -94,32 +104,36 @@ def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int) -> dict[
     if leaves is None:
         return None
     counts = (words.big(_page_start(leaves, page_size) + 3) >> np.uint64(48)).astype(np.int64)
-    out = {name: np.empty(int(counts.sum()), dtype=np.int64) for name in cids}
+    ends = np.cumsum(counts)  # rows up to and including each leaf
+    out = {name: allocate(int(ends[-1])) for name in cids}
     done, last_rowid = 0, -(1 << 63)
     # A few hundred pages at a time: the arrays of each step stay in cache, and the memory
     # freed by one batch serves the next (fresh pages cost a fault each on these machines).
     for first in range(0, len(leaves), CHUNK_PAGES):
-        part = _decode(words, leaves[first : first + CHUNK_PAGES], page_size, usable, cids, ncols)
-        if part is None:
+        chunk = leaves[first : first + CHUNK_PAGES]
+        end = int(ends[first + len(chunk) - 1])
+        into = [(out[name][done:end], j) for name, j in cids.items()]
+        rowid = _decode(words, chunk, page_size, usable, ncols, into)
+        if rowid is None:
             return None
-        rowid, columns = part
         if len(rowid):
             if rowid[0] <= last_rowid:  # rowids rise through the whole table
                 return None
             last_rowid = rowid[-1]
-        for name, values in columns.items():
-            out[name][done : done + len(values)] = values
-        done += len(rowid)
+        done = end
     return out
 
 
-def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, cids: dict[str, int], ncols: int):
-    """The rowids and columns ``cids`` of the cells of ``leaves``, or None if anything is odd."""
+def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, ncols: int, into: list):
+    """The rowids of the cells of ``leaves``, or None if anything is odd.
+
+    ``into`` pairs an array (a row per cell) with the position of the column to write into it.
+    """
     cell, cell_end = _cells(words, leaves, page_size, usable, first=8)
-    if cell is None:
+    if cell is None or len(cell) != len(into[0][0]):
         return None
     if not len(cell):
-        return np.zeros(0, dtype=np.int64), {name: np.zeros(0, dtype=np.int64) for name in cids}
+        return np.zeros(0, dtype=np.int64)
     payload, n1 = _varint(words, cell)
     rowid, n2 = _varint(words, cell + n1)
     if payload is None or rowid is None or (payload < 1).any() or (payload > usable - 35).any():
@@ -128,28 +142,26 @@ def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, cids
     record_end = record + payload
     if (record_end > cell_end).any() or (np.diff(rowid) <= 0).any():
         return None
-    header = words.buf[record].astype(np.int64)  # header size: one byte when < 128
-    need = max(cids.values()) + 1
-    if (header >= 0x80).any() or (header - 1 < need).any() or (header - 1 > ncols).any():
+    header = words.buf[record]  # header size: one byte when < 128
+    need = max(j for _, j in into) + 1
+    shortest, longest = int(header.min()), int(header.max())
+    if longest >= 0x80 or shortest - 1 < need or longest - 1 > ncols:
         return None  # long headers, or records older than a column added since (SQLite reads its default)
-    out = {}
     values = record + header  # where the values of the next eight columns start
     for first in range(0, need, 8):
-        wanted = [j - first for j in cids.values() if first <= j < first + 8]
-        layout = _value_layout(words.little(record + 1 + first), min(8, need - first), wanted)
+        here = [(dest, j - first) for dest, j in into if first <= j < first + 8]
+        layout = _value_layout(words.little(record + 1 + first), min(8, need - first), [k for _, k in here])
         if layout is None:
             return None
         kind, size, start, shift, total = layout
-        for name, j in cids.items():
-            if first <= j < first + 8:
-                # A value is the top ``size`` bytes of the big-endian word where it starts.
-                v = words.big(values + start[:, j - first]).view(np.int64) >> shift[:, j - first]
-                if size[:, j - first].min() == 0:  # NULL and the constants 0 and 1 take no bytes
-                    t = kind[:, j - first].astype(np.int64)
-                    v = np.where(t == 0, MISSING, np.where(t >= 8, t - 8, v))
-                out[name] = v
-        values = values + total
-    return None if (values > record_end).any() else (rowid, out)
+        for dest, k in here:
+            # A value is the top ``size`` bytes of the big-endian word where it starts.
+            np.right_shift(words.big(values + start[:, k]).view(np.int64), shift[:, k], out=dest)
+            if size[:, k].min() == 0:  # NULL and the constants 0 and 1 take no bytes
+                t = kind[:, k].astype(np.int64)
+                np.copyto(dest, np.where(t == 0, MISSING, np.where(t >= 8, t - 8, dest)))
+        values += total
+    return None if (values > record_end).any() else rowid
 
 
 def _leaf_pages(words: _Words, page_size: int, usable: int, pages: int, root: int) -> np.ndarray | None:
@@ -195,7 +207,7 @@ def _cells(words: _Words, page: np.ndarray, page_size: int, usable: int, first: 
     per_page = count + right_child
     row = np.repeat(np.arange(len(page)), per_page)
     k = np.arange(len(row)) - np.repeat(np.cumsum(per_page) - per_page, per_page)
-    pointer = (words.big(head[row] + first + 2 * k) >> np.uint64(48)).astype(np.int64)
+    pointer = words.pairs[(head[row] + first) // 2 + k].astype(np.int64)  # headers start at even offsets
     cell = top[row] + pointer
     outside = (pointer < (head - top + first + 2 * count)[row]) | (pointer > usable - 4)  # a cell takes 4+ bytes
     if right_child:
@@ -209,6 +221,9 @@ def _cells(words: _Words, page: np.ndarray, page_size: int, usable: int, first: 
 
 def _varint(words: _Words, at: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
     """SQLite varints at ``at``: values and lengths; (None, None) if one is 9 bytes long (never here)."""
+    first = words.buf[at]
+    if len(at) and first.max() < 0x80:  # all one byte long (as a record's payload size mostly is)
+        return first.astype(np.int64), np.ones(len(at), dtype=np.int64)
     word = words.big(at)
     stops = ~word & HIGH  # high bit clear: the varint's last byte
     if (stops == 0).any():
@@ -237,22 +252,34 @@ def _value_layout(types: np.ndarray, used: int, wanted: list[int]):
         types &= np.uint64((1 << (8 * used)) - 1)
     if (types & HIGH).any():
         return None
-    ge = {t: ((types + ONES * np.uint64(128 - t)) & HIGH) >> np.uint64(7) for t in (5, 6, 7, 8, 10, 12)}
-    real, text, reserved = ge[7] & ~ge[8], ge[12], ge[10] & ~ge[12]
+    ge = {t: ((types + ONES * np.uint64(128 - t)) & HIGH) >> np.uint64(7) for t in (5, 6, 7, 8, 10)}
+    real = ge[7] & ~ge[8]
     wanted_bytes = np.uint64(sum(1 << (8 * i) for i in wanted))
+    # sizes of types 0..9: 0 1 2 3 4 6 8 8 0 0 = (t + [t >= 5] + [t == 6]) unless t >= 8
+    sizes = (types + ge[5] + ge[6] - ge[7]) & ~(ge[8] * np.uint64(0xFF))
+    if ge[10].any():  # text, a blob or a reserved type somewhere (nsys's activity tables have none)
+        return _long_value_layout(types, sizes, ge[10], real, wanted_bytes)
+    if (real & wanted_bytes).any():
+        return None
+    shifts = ONES * np.uint64(64) - (sizes << np.uint64(3))  # 64 - 8 * size
+    ends = sizes * ONES  # byte i: sum of sizes 0..i (each at most 8: the sums fit a byte)
+    starts = (ends << np.uint64(8)).view(np.uint8).reshape(-1, 8)
+    types, sizes, shifts = (w.view(np.uint8).reshape(-1, 8) for w in (types, sizes, shifts))
+    return types, sizes, starts, shifts, (ends >> np.uint64(56)).view(np.int64)
+
+
+def _long_value_layout(types: np.ndarray, sizes: np.ndarray, ge10: np.ndarray, real: np.ndarray, wanted_bytes):
+    """``_value_layout`` where some type is 10 or more: text and blobs (their sizes may pass 8), or reserved."""
+    text = ((types + ONES * np.uint64(128 - 12)) & HIGH) >> np.uint64(7)
+    reserved = ge10 & ~text
     if (reserved | ((real | text) & wanted_bytes)).any():
         return None
-    # sizes of types 0..9: 0 1 2 3 4 6 8 8 0 0 = (t + [t >= 5] + [t == 6]) unless t >= 8; of 12+: (t - 12) // 2
-    sizes = (types + ge[5] + ge[6] - ge[7]) & ~(ge[8] * np.uint64(0xFF))
+    # the size of text or a blob of type t >= 12 is (t - 12) // 2
     text_bytes = text * np.uint64(0xFF)
-    sizes |= (((types - text * np.uint64(12)) >> np.uint64(1)) & LOW7) & text_bytes
+    sizes = (sizes & ~text_bytes) | ((((types - text * np.uint64(12)) >> np.uint64(1)) & LOW7) & text_bytes)
     shifts = ONES * np.uint64(64) - ((sizes & ~text_bytes) << np.uint64(3))  # 64 - 8 * size, for integers
-    as_bytes = [w.view(np.uint8).reshape(-1, 8) for w in (types, sizes, shifts)]
-    if not text.any():  # sizes of at most 8: running sums fit a byte, one multiplication makes them all
-        ends = sizes * ONES  # byte i: sum of sizes 0..i
-        starts = (ends << np.uint64(8)).view(np.uint8).reshape(-1, 8)
-        return as_bytes[0], as_bytes[1], starts, as_bytes[2], (ends >> np.uint64(56)).view(np.int64)
+    types, sizes, shifts = (w.view(np.uint8).reshape(-1, 8) for w in (types, sizes, shifts))
     starts = np.zeros((len(types), 8), dtype=np.int64)
     for i in range(1, 8):
-        starts[:, i] = starts[:, i - 1] + as_bytes[1][:, i - 1]
-    return as_bytes[0], as_bytes[1], starts, as_bytes[2], starts[:, 7] + as_bytes[1][:, 7]
+        starts[:, i] = starts[:, i - 1] + sizes[:, i - 1]
+    return types, sizes, starts, shifts, starts[:, 7] + sizes[:, 7]

@@ -14,11 +14,8 @@ means no cache, silently; a cache that fails to load is ignored and rebuilt.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -27,11 +24,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from analyze.tables import Trace
 
-# numpy, pandas and pyarrow are imported where used: ``cache_dir`` and MIN_EXPORT_BYTES serve a
-# command line that has not loaded them yet (``analyze.nsys_schema.prefetch``).
+# numpy, pandas and pyarrow (and hashlib, shutil, tempfile) are imported where used: ``cache_dir``,
+# MIN_EXPORT_BYTES and ``prefetch_uncached`` serve a command line that has not loaded them yet, and
+# whatever it imports before ``analyze.nsys_schema.prefetch`` forks delays the early read.
 MIN_EXPORT_BYTES = 32 * 2**20  # smaller exports read fast enough; no folder beside them
 SUFFIX = ".profiler-kit-cache"
-READER_SOURCES = ("nsys_schema.py", "nsys_sqlite.py", "sqlite_pages.py", "tables.py", "trace_cache.py")
+READER_SOURCES = ("early_read.py", "nsys_schema.py", "nsys_sqlite.py", "sqlite_pages.py", "tables.py", "trace_cache.py")
 
 
 _pending: list[threading.Thread] = []
@@ -53,6 +51,8 @@ def cache_dir(path: Path) -> Path:
 
 def cache_key(path: Path, variant: str) -> dict:
     """What the cached tables depend on; any difference makes the cache stale."""
+    import hashlib
+
     import pandas as pd
     import pyarrow
 
@@ -70,11 +70,11 @@ def cache_key(path: Path, variant: str) -> dict:
 
 
 def prefetch_uncached(path: Path, cache: bool = True) -> None:
-    """Start reading a big nsys export's kernel table now (``nsys_schema.prefetch``), unless a cache folder
-    beside it will serve the report instead (``cache``: whether the report may use one).
+    """Start reading a big nsys export's kernel and runtime tables now (``nsys_schema.prefetch``), unless a
+    cache folder beside it will serve the report instead (``cache``: whether the report may use one).
 
-    Called before the report imports pandas: the read, which runs without the GIL, overlaps the imports.
-    A cache folder that turns out stale only means no early start.
+    Called before the report imports pandas: the reads (in a forked process, or on a thread without the GIL)
+    overlap the imports. A cache folder that turns out stale only means no early start.
     """
     from analyze.nsys_schema import prefetch
 
@@ -144,11 +144,20 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
     parent = folder.parent
     if not parent.stat().st_mode & 0o222:  # a folder marked read-only stays untouched, even for root
         return None
+
+    def unread(values: np.ndarray) -> bool:
+        """Every value MISSING: a column the reader left unread (``with_unread_columns``: a view of one value).
+
+        The first value settles the other columns, without a pass over a million rows.
+        """
+        return len(values) > 0 and values[0] == MISSING and (values.strides == (0,) or bool((values == MISSING).all()))
+
     tables, unstored = {}, {}
     for name in SCHEMAS:
         df = getattr(trace, name)
-        unstored[name] = [c for c in df.columns if df[c].dtype == np.int64 and len(df) and (df[c] == MISSING).all()]
-        tables[name] = pa.Table.from_pandas(df.drop(columns=unstored[name]), preserve_index=False)
+        unstored[name] = [c for c in df.columns if df[c].dtype == np.int64 and unread(df[c].to_numpy())]
+        # one thread: pyarrow's pool for a table of a few zero-copy columns costs more than it saves
+        tables[name] = pa.Table.from_pandas(df.drop(columns=unstored[name]), preserve_index=False, nthreads=1)
     manifest = {"key": key, "meta": trace.meta, "unstored": unstored}
     thread = threading.Thread(target=_write, args=(folder, manifest, tables), name="trace-cache")
     thread.start()
@@ -158,6 +167,9 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
 
 def _write(folder: Path, manifest: dict, tables: dict) -> None:
     """Write the cache folder under a temporary name, then rename it into place; any error: no cache."""
+    import shutil
+    import tempfile
+
     import pyarrow as pa
 
     parent, tmp = folder.parent, None

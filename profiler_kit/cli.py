@@ -166,10 +166,10 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
     if len(paths) == 1:  # one big export: its reading starts now, beside the imports below
-        with importing():
+        with importing():  # the early read imports numpy before it forks its reader
             from analyze.trace_cache import prefetch_uncached
 
-        prefetch_uncached(Path(paths[0]), cache=not no_cache)
+            prefetch_uncached(Path(paths[0]), cache=not no_cache)
     with importing():
         from analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report

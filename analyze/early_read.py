@@ -1,0 +1,205 @@
+"""A big export's kernel and runtime tables, read from its pages by a forked process while the report imports pandas.
+
+Why a process: the page reader (``analyze.sqlite_pages``) needs half the CPU of the ADBC driver,
+but it takes the GIL between its numpy steps, so on a thread beside the imports (which hold the
+GIL) it crawled. A forked process has a GIL of its own and reads both tables on the second core.
+
+The hand-over copies nothing: the child puts its arrays in an anonymous memory file
+(``os.memfd_create``) and the parent maps the same pages. That file has no name in any folder,
+so nothing is left behind, whichever process is killed. For each table the child writes one line
+to a pipe: where its columns lie in the file, or null where the page reader did not take the table.
+A table the child did not deliver (not the plain case, the child failed or died) is read by the
+parent as it would have been without the child (``nsys_schema.fetch_integers``). The child never
+prints (its standard streams are /dev/null) and always ends in ``os._exit``; the parent kills (if
+need be) and reaps it at exit.
+
+Linux only (memfd), and only from a process without other Python threads (a fork copies only the
+calling thread; a lock another thread held would stay locked in the child). Elsewhere ``start``
+starts nothing and the report reads as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import mmap
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import NoReturn
+
+from analyze.nsys_schema import IntegerRead, fetch_integers, output_columns
+
+ALIGN = mmap.ALLOCATIONGRANULARITY  # each column is mapped on its own, from an offset that is a multiple of this
+M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter (malloc.h)
+KEPT_HEAP_BYTES = 64 << 20  # well above the few MiB of scratch arrays one step of the page reader takes
+
+
+def start(reads: list[IntegerRead]) -> dict[IntegerRead, EarlyRead]:
+    """Fork a child that reads ``reads`` (whole tables, ``root`` set) from the pages; a handle per read.
+
+    Empty when nothing was started: not Linux, other threads running, or the fork failed.
+    numpy (with the page reader) is imported here, before the fork, so that the child starts
+    reading at once (importing it in both processes at once took each twice as long); the
+    report imports it next anyway.
+    """
+    if not reads or sys.platform != "linux" or not hasattr(os, "memfd_create") or threading.active_count() > 1:
+        return {}
+    from analyze.sqlite_pages import read_integer_columns
+
+    opened: list[int] = []
+    try:
+        opened.append(os.memfd_create("profiler-kit-early-read", os.MFD_CLOEXEC))
+        opened.extend(os.pipe())
+        pid = os.fork()
+    except OSError:
+        for fd in opened:
+            os.close(fd)
+        return {}
+    memfd, pipe, to_parent = opened
+    if pid == 0:
+        _child(read_integer_columns, reads, memfd, to_parent)
+    os.close(to_parent)
+    child = Child(pid, pipe, memfd, reads)
+    atexit.register(child.stop)
+    return {read: EarlyRead(child, read) for read in reads}
+
+
+class EarlyRead:
+    """One table's early read, as ``nsys_schema.take_prefetched`` hands it to the reader."""
+
+    def __init__(self, child: Child, read: IntegerRead):
+        self.child, self.read = child, read
+
+    def result(self):
+        """The read's output columns (int64 arrays): the child's, else read here as without it."""
+        columns = self.child.columns(self.read)
+        return fetch_integers(self.read) if columns is None else output_columns(self.read, columns)
+
+
+class Child:
+    """The parent's side of the child: its lines as they come, its columns mapped from the memory file."""
+
+    def __init__(self, pid: int, pipe: int, memfd: int, reads: list[IntegerRead]):
+        self.pid, self.pipe, self.memfd, self.reads = pid, pipe, memfd, reads
+        self.lock = threading.Lock()  # the reader asks for the kernel and runtime tables on two threads
+        self.received = b""
+        self.delivered: dict[int, dict | None] = {}
+        self.pending = set(range(len(reads)))
+
+    def columns(self, read: IntegerRead) -> dict | None:
+        """The source columns of ``read`` as the child read them (waiting for them), or None if it did not."""
+        index = self.reads.index(read)
+        with self.lock:
+            while index in self.pending and self.pipe >= 0:
+                self._receive()
+            self.pending.discard(index)
+            if not self.pending:
+                self._close_files()
+            return self.delivered.pop(index, None)
+
+    def _receive(self) -> None:
+        """Take the lines the child has written so far; at its end (or anything odd) no more come."""
+        try:
+            chunk = os.read(self.pipe, 1 << 16)
+            if not chunk:
+                self._close_files()
+                return
+            *lines, self.received = (self.received + chunk).split(b"\n")
+            for line in lines:
+                index, where = json.loads(line)
+                self.delivered[index] = None if where is None else {c: self._map(*at) for c, at in where.items()}
+                self.pending.discard(index)
+        except (OSError, ValueError, TypeError):
+            self._close_files()
+
+    def _map(self, offset: int, rows: int):
+        """A column of the memory file, its pages mapped at once (one call, not a fault per page)."""
+        import numpy as np
+
+        if not rows:
+            return np.empty(0, dtype=np.int64)
+        if os.fstat(self.memfd).st_size < offset + 8 * rows:  # never from this module's child; no SIGBUS if so
+            raise ValueError("early read: column outside the memory file")
+        pages = mmap.mmap(self.memfd, 8 * rows, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, offset=offset)
+        return np.frombuffer(pages, dtype=np.int64)
+
+    def _close_files(self) -> None:
+        """No more lines: close the pipe and the memory file (mapped columns stay valid)."""
+        for fd in (self.pipe, self.memfd):
+            if fd >= 0:
+                os.close(fd)
+        self.pipe = self.memfd = -1
+
+    def stop(self) -> None:
+        """Kill the child if it still runs and reap it (at exit, a child that has ended is only reaped).
+
+        Until it is reaped its pid stays its own, so the kill cannot hit another process.
+        """
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = 0
+        with self.lock:
+            self._close_files()
+
+
+class Arena:
+    """int64 arrays in a memory file, one after another, each mapped on its own; where each one lies."""
+
+    def __init__(self, fd: int):
+        self.fd, self.end = fd, 0
+        self.where: dict[int, tuple[int, int]] = {}  # id of an array -> (offset, rows)
+
+    def allocate(self, rows: int):
+        import numpy as np
+
+        if not rows:
+            return np.empty(0, dtype=np.int64)
+        offset = self.end
+        self.end += -(-8 * rows // ALIGN) * ALIGN
+        os.ftruncate(self.fd, self.end)
+        values = np.frombuffer(mmap.mmap(self.fd, 8 * rows, offset=offset), dtype=np.int64)
+        self.where[id(values)] = (offset, rows)
+        return values
+
+    def place(self, values) -> tuple[int, int]:
+        return self.where[id(values)] if len(values) else (0, 0)
+
+
+def _child(read_integer_columns, reads: list[IntegerRead], memfd: int, to_parent: int) -> NoReturn:
+    """Read each table from the pages into the memory file and say where on the pipe, one line a table."""
+    status = 1
+    try:
+        quiet = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(quiet, fd)
+        _keep_freed_memory()
+        arena = Arena(memfd)
+        for index, read in enumerate(reads):
+            cids = dict(read.positions)
+            columns = read_integer_columns(Path(read.path), read.root, cids, read.ncols, arena.allocate)
+            where = None if columns is None else {c: arena.place(values) for c, values in columns.items()}
+            os.write(to_parent, json.dumps([index, where]).encode() + b"\n")
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _keep_freed_memory() -> None:
+    """Let malloc keep the memory one step of the page reader frees for the next step.
+
+    glibc gives the top of its heap back to the system whenever 128 KiB lie free there, so each
+    step faulted its scratch arrays in afresh: 0.06 s of the child's 0.55 s on the 150-copy export.
+    (In the parent the threshold rises by itself once a big array is freed; the child's big arrays
+    live in the memory file.) Where there is no glibc, nothing changes.
+    """
+    import ctypes  # numpy has imported it
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_TRIM_THRESHOLD, KEPT_HEAP_BYTES)

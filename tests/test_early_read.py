@@ -1,0 +1,196 @@
+"""The early read (``analyze.early_read``): a forked process reads the kernel and runtime tables from the pages.
+
+Each check runs in a fresh interpreter, as the CLI does: the early read starts only before pandas is
+imported and without other threads. The tables must equal the normal read's, any failure must fall back
+to it (or to its error), and nothing may be left behind: no files, no process, no output from the child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from analyze import early_read
+from tests.conftest import ROOT, shared_params
+from tests.test_nsys_sqlite import CPU_FIXTURE
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the early read forks on Linux only")
+
+
+def _tables(path: Path) -> set[str]:
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        con.close()
+
+
+SHARED = shared_params("nsys_sqlite", "*.sqlite")
+NO_SHARED = [pytest.param(None, marks=pytest.mark.skip(reason="../shared/data/nsys_sqlite absent"))]
+WITH_KERNELS = [p for p in SHARED if p.values[0] and "CUPTI_ACTIVITY_KIND_KERNEL" in _tables(p.values[0])]
+
+# Prefetch as the report does (before pandas), optionally kill the child, then compare with a plain read.
+COMPARE = """
+import json, os, signal, sys
+from pathlib import Path
+from analyze import early_read, nsys_schema
+path, kill = Path(sys.argv[1]), sys.argv[2] == "kill"
+nsys_schema.prefetch(path)
+early = {r.table: h for r, h in nsys_schema._prefetched.items() if isinstance(h, early_read.EarlyRead)}
+children = {h.child for h in early.values()}
+fallbacks = []
+def counted(read, fetch=early_read.fetch_integers):
+    fallbacks.append(read.table)
+    return fetch(read)
+early_read.fetch_integers = counted
+if kill:  # at once: the child has not delivered yet
+    for child in children:
+        os.kill(child.pid, signal.SIGKILL)
+import pandas as pd
+from analyze.nsys_sqlite import read_nsys_sqlite
+got = read_nsys_sqlite(path, details=False)
+assert not nsys_schema._prefetched, "the reader took every early read"
+want = read_nsys_sqlite(path, details=False)
+for name in ("kernels", "runtime", "nvtx", "memops", "gpus", "threads"):
+    pd.testing.assert_frame_equal(getattr(got, name), getattr(want, name), check_exact=True)
+pids = [child.pid for child in children]
+for child in children:
+    child.stop()
+alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+print(json.dumps({"early": sorted(early), "fallbacks": sorted(fallbacks), "alive": alive}))
+"""
+
+# The report command in-process with the early read for exports of any size (the CLI starts it from 32 MiB).
+REPORT = """
+import sys
+from analyze import trace_cache
+trace_cache.MIN_EXPORT_BYTES = 0
+from profiler_kit.cli import cli
+cli(sys.argv[1:], prog_name="profiler-kit")
+"""
+
+
+def _python(script: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.parametrize("path", [pytest.param(CPU_FIXTURE, id="cpu_nvtx"), *SHARED])
+def test_early_read_gives_the_tables_of_the_normal_read(path):
+    before = _shm()
+    out = _python(COMPARE, str(path), "keep")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    expected = sorted({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"} & _tables(path))
+    assert result["early"] == expected  # every activity table of these exports is the plain case
+    assert result["fallbacks"] == []  # the child read them all
+    assert result["alive"] == []
+    assert _shm() == before
+
+
+@pytest.mark.parametrize("path", WITH_KERNELS[:2] or NO_SHARED)
+def test_a_killed_child_leaves_the_read_to_the_reader(path):
+    out = _python(COMPARE, str(path), "kill")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["fallbacks"] == result["early"] != []
+    assert result["alive"] == []
+
+
+def _damaged(src: Path, dst: Path) -> Path:
+    """``src`` with garbage over the root page of its kernel table, size unchanged (the file still opens)."""
+    shutil.copy(src, dst)
+    con = sqlite3.connect(dst)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()
+    con.close()
+    rng = random.Random(7)
+    with open(dst, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(bytes(rng.getrandbits(8) for _ in range(page_size)))
+    return dst
+
+
+def _text_in_kernels(src: Path, dst: Path) -> Path:
+    """``src`` with text in one kernel's correlationId: not the plain case, which the child leaves to the reader."""
+    shutil.copy(src, dst)
+    con = sqlite3.connect(dst)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = 'x' WHERE rowid = 7")
+    con.commit()
+    con.close()
+    return dst
+
+
+@pytest.mark.parametrize("path", WITH_KERNELS[-1:] or NO_SHARED)
+@pytest.mark.parametrize("spoil", [_damaged, _text_in_kernels])
+def test_bad_export_is_the_readers_one_error_line(path, spoil, tmp_path):
+    bad = spoil(path, tmp_path / "bad.sqlite")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    plain = subprocess.run(  # under 32 MiB: no early read
+        [sys.executable, "-m", "profiler_kit", "report", str(bad), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    before = _shm()
+    early = _python(REPORT, "report", str(bad), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert early.returncode == plain.returncode == 2
+    assert early.stdout == ""
+    assert early.stderr == plain.stderr
+    assert early.stderr.startswith("Error: ") and early.stderr.count("\n") == 1, early.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.sqlite"]  # no output, no cache folder
+    assert _shm() == before
+
+
+@pytest.mark.parametrize("path", WITH_KERNELS[-1:] or NO_SHARED)
+@pytest.mark.parametrize("fmt", ["md", "csv"])
+def test_report_files_are_the_same_with_and_without_the_early_read(path, fmt, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    plain = subprocess.run(
+        [sys.executable, "-m", "profiler_kit", "report", str(path), "-o", str(tmp_path / "plain"), "--no-cache"]
+        + ["--format", fmt],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert plain.returncode == 0, plain.stderr
+    early = _python(REPORT, "report", str(path), "-o", str(tmp_path / "early"), "--no-cache", "--format", fmt)
+    assert early.returncode == 0, early.stderr
+    assert early.stdout == "" and all(line.startswith("wrote ") for line in early.stderr.splitlines())
+    names = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "early").iterdir())
+    for name in names:
+        assert (tmp_path / "plain" / name).read_bytes() == (tmp_path / "early" / name).read_bytes(), name
+
+
+def test_nothing_starts_where_a_fork_is_not_safe(monkeypatch):
+    read = object()  # never read: start returns first
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert early_read.start([read]) == {}
+    monkeypatch.setattr(sys, "platform", "linux")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert early_read.start([read]) == {}
+    finally:
+        stop.set()
+        other.join()
+    assert early_read.start([]) == {}
