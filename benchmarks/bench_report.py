@@ -3,7 +3,8 @@
 Builds the export by replicating a real one along the time axis (every kernel,
 runtime call, memcpy/memset and NVTX event copied N times, shifted by the
 export's span, correlation ids made unique), then runs both tools as
-subprocesses and prints wall time and peak memory (max RSS) of each and the ratios.
+subprocesses and prints wall time and peak memory (max RSS; for profiler-kit, its own plus its
+early-read child's) of each and the ratios.
 Ours runs three ways: without the Arrow cache (--no-cache), first run (reads
 SQLite and writes the cache beside the export) and cached run (reads the cache);
 each command runs ``--repeat`` times, interleaved, and the ratio is of medians.
@@ -75,17 +76,41 @@ PEAK_WRAPPER = (
     "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True); "
     "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode); sys.stderr.write(p.stderr[-300:])"
 )
+# profiler-kit as ``python -m profiler_kit``, adding the peak RSS of every child it reaps (the early read's
+# forked reader, analyze/early_read.py) to its own, written to PK_PEAK_FILE at exit: the wrapper's
+# RUSAGE_CHILDREN gives only the largest process's peak, and both processes live at once.
+PROFILER_KIT_WITH_CHILDREN = """
+import atexit, os, resource, runpy, sys
+reaped = []
+def waitpid(pid, options, wait4=os.wait4):
+    pid, status, usage = wait4(pid, options)
+    reaped.append(usage.ru_maxrss)
+    return pid, status
+def write_peaks():
+    with open(os.environ["PK_PEAK_FILE"], "w") as fh:
+        fh.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + sum(reaped)))
+os.waitpid = waitpid
+atexit.register(write_peaks)  # registered first, so it runs last: after the early read's child is reaped
+sys.argv = ["profiler-kit", *sys.argv[1:]]
+runpy.run_module("profiler_kit", run_name="__main__")
+"""
 
 
-def timed(cmd: list[str], cwd: Path) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS (MiB) of the command's process tree, return code.
+def timed(cmd: list[str], cwd: Path, scratch: Path) -> tuple[float, float, int]:
+    """Wall seconds, peak RSS (MiB), return code.
 
-    A fresh wrapper process runs the command, so the peak is this command's alone.
+    A fresh wrapper process runs the command, so the peak is this command's alone: the largest
+    process's peak, or for profiler-kit (run through PROFILER_KIT_WITH_CHILDREN) the sum of its
+    own and its children's (in a file under ``scratch``).
     """
+    peak_file = Path(tempfile.mkstemp(dir=scratch, prefix="peak-")[1])
+    env = {**os.environ, "PK_PEAK_FILE": str(peak_file)}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, *cmd], cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, *cmd], cwd=cwd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     peak_kib, rc = (int(v) for v in proc.stdout.split())
+    peak_kib = int(peak_file.read_text() or peak_kib)
+    peak_file.unlink()
     if rc:
         print(f"  {cmd[0]} failed: {proc.stderr.strip()}", file=sys.stderr)
     return wall, peak_kib / 1024, rc
@@ -136,19 +161,27 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="Runs of each command; medians and ranges are printed.")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pk-bench-"))
+    try:  # the folder goes whatever happens (with --keep the export lives elsewhere)
+        run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    """Build the export, time both tools and print the figures."""
     big = args.keep or work / "big.sqlite"
     t0 = time.perf_counter()
     counts = replicate(args.export, big, args.copies)
     os.sync()  # the file's pages go to disk now, not while the first timed command runs
     print(f"built {big} ({big.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s: {counts}")
     root = Path(__file__).resolve().parent.parent
-    report = [sys.executable, "-m", "profiler_kit", "report", str(big), "-o", str(work / "out")]
+    report = [sys.executable, "-c", PROFILER_KIT_WITH_CHILDREN, "report", str(big), "-o", str(work / "out")]
     ours: dict[str, list[tuple[float, float, int]]] = {"no cache": [], "first run": [], "cached run": []}
     for _ in range(args.repeat):  # interleaved, so a slow spell of the machine hits every kind of run
-        ours["no cache"].append(timed([*report, "--no-cache"], root))
+        ours["no cache"].append(timed([*report, "--no-cache"], root, work))
         shutil.rmtree(cache_dir(big), ignore_errors=True)
-        ours["first run"].append(timed(report, root))
-        ours["cached run"].append(timed(report, root))
+        ours["first run"].append(timed(report, root, work))
+        ours["cached run"].append(timed(report, root, work))
     for label, runs in ours.items():
         print(f"profiler-kit report (md + html), {label}: {spread([r[0] for r in runs])} s, "
               f"peak RSS {spread([r[1] for r in runs], 0)} MiB")  # fmt: skip
@@ -164,7 +197,7 @@ def main() -> None:
             shutil.copy(big, copy)
             nsys = ["nsys", "stats", "-q", "--force-export", "false", "--force-overwrite", "true", "--format", "csv"]
             nsys += ["--report", rep]
-            runs.append(timed([*nsys, "-o", str(work / rep), str(copy)], root))
+            runs.append(timed([*nsys, "-o", str(work / rep), str(copy)], root, work))
             os.unlink(copy)
     for rep, runs in theirs.items():
         print(
@@ -183,8 +216,6 @@ def main() -> None:
             f"ratio of medians, {label}: nsys stats (gpukernsum + nvtxkernsum) {nsys_total:.2f} s / "
             f"profiler-kit whole report {wall:.2f} s = {nsys_total / wall:.1f}x"
         )
-    if not args.keep:
-        shutil.rmtree(work)
 
 
 if __name__ == "__main__":
