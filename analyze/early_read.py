@@ -28,10 +28,9 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import NoReturn
 
-from analyze.nsys_schema import IntegerRead, fetch_integers, output_columns
+from analyze.nsys_schema import IntegerRead, fetch_integers, fetch_sql, output_columns, page_columns
 
 ALIGN = mmap.ALLOCATIONGRANULARITY  # each column is mapped on its own, from an offset that is a multiple of this
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter (malloc.h)
@@ -48,7 +47,7 @@ def start(reads: list[IntegerRead]) -> dict[IntegerRead, EarlyRead]:
     """
     if not reads or sys.platform != "linux" or not hasattr(os, "memfd_create") or threading.active_count() > 1:
         return {}
-    from analyze.sqlite_pages import read_integer_columns
+    import analyze.sqlite_pages  # noqa: F401  (numpy with it)
 
     opened: list[int] = []
     try:
@@ -61,7 +60,7 @@ def start(reads: list[IntegerRead]) -> dict[IntegerRead, EarlyRead]:
         return {}
     memfd, pipe, to_parent = opened
     if pid == 0:
-        _child(read_integer_columns, reads, memfd, to_parent)
+        _child(reads, memfd, to_parent)
     os.close(to_parent)
     child = Child(pid, pipe, memfd, reads)
     atexit.register(child.stop)
@@ -75,9 +74,14 @@ class EarlyRead:
         self.child, self.read = child, read
 
     def result(self):
-        """The read's output columns (int64 arrays): the child's, else read here as without it."""
-        columns = self.child.columns(self.read)
-        return fetch_integers(self.read) if columns is None else output_columns(self.read, columns)
+        """The read's output columns (int64 arrays): the child's, else read here as without it.
+
+        A table the child's page reader declined goes straight to SQL: the pages would decline it again.
+        """
+        answered, columns = self.child.columns(self.read)
+        if columns is not None:
+            return output_columns(self.read, columns)
+        return fetch_sql(self.read) if answered else fetch_integers(self.read)
 
 
 class Child:
@@ -90,8 +94,8 @@ class Child:
         self.delivered: dict[int, dict | None] = {}
         self.pending = set(range(len(reads)))
 
-    def columns(self, read: IntegerRead) -> dict | None:
-        """The source columns of ``read`` as the child read them (waiting for them), or None if it did not."""
+    def columns(self, read: IntegerRead) -> tuple[bool, dict | None]:
+        """Whether the child answered for ``read`` (waiting for it), and the source columns it read (None: declined)."""
         index = self.reads.index(read)
         with self.lock:
             while index in self.pending and self.pipe >= 0:
@@ -99,7 +103,7 @@ class Child:
             self.pending.discard(index)
             if not self.pending:
                 self._close_files()
-            return self.delivered.pop(index, None)
+            return index in self.delivered, self.delivered.pop(index, None)
 
     def _receive(self) -> None:
         """Take the lines the child has written so far; at its end (or anything odd) no more come."""
@@ -172,7 +176,7 @@ class Arena:
         return self.where[id(values)] if len(values) else (0, 0)
 
 
-def _child(read_integer_columns, reads: list[IntegerRead], memfd: int, to_parent: int) -> NoReturn:
+def _child(reads: list[IntegerRead], memfd: int, to_parent: int) -> NoReturn:
     """Read each table from the pages into the memory file and say where on the pipe, one line a table."""
     status = 1
     try:
@@ -182,8 +186,7 @@ def _child(read_integer_columns, reads: list[IntegerRead], memfd: int, to_parent
         _keep_freed_memory()
         arena = Arena(memfd)
         for index, read in enumerate(reads):
-            cids = dict(read.positions)
-            columns = read_integer_columns(Path(read.path), read.root, cids, read.ncols, arena.allocate)
+            columns = page_columns(read, arena.allocate)
             where = None if columns is None else {c: arena.place(values) for c, values in columns.items()}
             os.write(to_parent, json.dumps([index, where]).encode() + b"\n")
         status = 0

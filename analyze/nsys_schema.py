@@ -232,12 +232,22 @@ def fetch_integers(read: IntegerRead):
 
     The driver's own exceptions pass through.
     """
-    if read.root:
-        from analyze.sqlite_pages import read_integer_columns
+    columns = page_columns(read) if read.root else None
+    return fetch_sql(read) if columns is None else output_columns(read, columns)
 
-        columns = read_integer_columns(Path(read.path), read.root, dict(read.positions), read.ncols)
-        if columns is not None:
-            return output_columns(read, columns)
+
+def page_columns(read: IntegerRead, allocate=None) -> dict | None:
+    """The source columns of ``read`` (a whole table) from the file's pages, or None where the page reader declines.
+
+    ``allocate(rows)`` gives each column's int64 array (``sqlite_pages.read_integer_columns``).
+    """
+    from analyze.sqlite_pages import read_integer_columns
+
+    return read_integer_columns(Path(read.path), read.root, dict(read.positions), read.ncols, allocate)
+
+
+def fetch_sql(read: IntegerRead):
+    """``read`` through SQL: an Arrow table from the ADBC driver, or None (the caller reads through sqlite3)."""
     return fetch_arrow(Path(read.path), read.sql) if adbc_sqlite() is not None else None
 
 

@@ -29,7 +29,6 @@ from analyze.nsys_schema import (
     MISSING,
     NVTX_COLUMNS,
     RUNTIME_COLUMNS,
-    RUNTIME_LEAN_COLUMNS,
     RUNTIME_TABLE,
     Catalog,
     IntegerRead,
@@ -314,8 +313,8 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
 
 def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """CUDA runtime calls; without ``details`` their API names are not read (left "")."""
-    spec = RUNTIME_COLUMNS if details else RUNTIME_LEAN_COLUMNS
-    df = _times(exp.select(RUNTIME_TABLE, spec))
+    # without details: the read a report prefetches
+    df = _times(exp.select(RUNTIME_TABLE, RUNTIME_COLUMNS) if details else exp.read(exp.lean_runtime_read()))
     gtid = df["globalTid"].to_numpy()
     name = (
         _decode(df["nameId"], strings, "<unknown API>")

@@ -47,15 +47,15 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
         ids = np.unique(np.concatenate([rt_cid, op_cid[op_cid >= 0]]))
         rt_cid, op_cid = np.searchsorted(ids, rt_cid), np.where(op_cid >= 0, np.searchsorted(ids, op_cid), -1)
     stride = int(rt_cid.max()) + 1
+    valid = op_cid >= 0
+    valid &= op_cid < stride
     if len(pids) == 1:  # one process: the correlation id is the key (and no per-op pid codes to fault in)
         rt_key = rt_cid
-        valid = op_pid == pids[0]
-        valid &= op_cid >= 0
-        valid &= op_cid < stride
+        valid &= op_pid == pids[0]
         op_key = np.where(valid, op_cid, 0)
     else:
         rt_key, op_pid_code = pids.get_indexer(rt_pid) * stride + rt_cid, pids.get_indexer(op_pid)
-        valid = (op_pid_code >= 0) & (op_cid >= 0) & (op_cid < stride)
+        valid &= op_pid_code >= 0
         op_key = np.where(valid, op_pid_code * stride + op_cid, 0)
     rt_row = first_row_of_key(rt_key, op_key)  # first runtime row per key, as drop_duplicates keeps
     op_rows = np.flatnonzero(valid & (rt_row >= 0))
