@@ -398,13 +398,17 @@ PHASE_COLUMNS = [
 ]
 
 
-def summarize_phases(phases: pd.DataFrame, attributed: pd.DataFrame, window: pd.DataFrame) -> pd.DataFrame:
+def summarize_phases(
+    phases: pd.DataFrame, attributed: pd.DataFrame, window: pd.DataFrame, kernel_time: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per phase range name (forward, backward, optimizer, step...): CPU and kernel time per instance.
 
     Args:
         phases: ``phase_ranges(nvtx)``.
         attributed: ``project_nvtx`` of all ranges (launches on the range's own thread, as nsys).
         window: ``project_nvtx(phases, ..., any_thread=True)`` (launches by any thread while open).
+        kernel_time: ``range_kernel_time(nvtx, attributed)`` when already computed: the phases'
+            rows of it replace a pass over every pair.
 
     Returns:
         Columns PHASE_COLUMNS: kernels and kernel ns per instance in both views.
@@ -419,7 +423,12 @@ def summarize_phases(phases: pd.DataFrame, attributed: pd.DataFrame, window: pd.
         pos = pos[kern]
         return np.bincount(pos, minlength=len(phases)), sum_by(pos, att["duration_ns"].to_numpy()[kern], len(phases))
 
-    (kernels, kernel_ns), (window_kernels, window_ns) = per_row(attributed), per_row(window)
+    if kernel_time is None:
+        kernels, kernel_ns = per_row(attributed)
+    else:
+        own = kernel_time.loc[phases.index]
+        kernels, kernel_ns = own["kernels"].to_numpy(), own["kernel_time_ns"].to_numpy()
+    window_kernels, window_ns = per_row(window)
     df = pd.DataFrame(
         {
             "range": range_label(phases).to_numpy(),
@@ -472,7 +481,7 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
     so with a second core free a big trace takes a third less time.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
-        side_launches = pool.submit(launches, op_ids(trace), trace.runtime)
+        side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime))  # may wait for the runtime
         ops = gpu_ops(trace)
         side_ops = pool.submit(op_tables, ops, tables)
         launched = side_launches.result()
@@ -480,20 +489,22 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
 
-        # The (range, kernel) and phase tables go to the second thread too, once its first jobs are done:
-        # they need only the pairs (and the phase windows), and the range tables below keep this thread busy.
+        # The kernel time per range, then the (range, kernel) and phase tables go to the second thread too,
+        # once its first jobs are done: they need only the pairs (and the phase windows), and the range
+        # tables below keep this thread busy.
         def pair_tables() -> dict[str, pd.DataFrame]:
-            _, phases, window = side.result()  # finished: the second thread ran it first
+            _, phases, window = side.result()  # finished: the second thread ran it first (and the kernel time)
             summaries = {
-                "phases": lambda: summarize_phases(phases, attributed, window),
+                "phases": lambda: summarize_phases(phases, attributed, window, side_kernel_time.result()),
                 "range_kernels": lambda: summarize_range_kernels(attributed),
                 "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
             }
             return {name: summarize() for name, summarize in summaries.items() if name in tables}
 
+        side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
         side_pairs = pool.submit(pair_tables)
         projection = summarize_projection(trace.nvtx, attributed)
-        kernel_time = range_kernel_time(trace.nvtx, attributed)
+        kernel_time = side_kernel_time.result()
         summaries = {  # each table, computed only when asked for
             "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
             "range_groups": lambda: summarize_ranges(

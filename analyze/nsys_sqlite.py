@@ -195,8 +195,9 @@ class Export(Catalog):
             return pd.DataFrame.from_records(rows, columns=[d[0] for d in cur.description])
 
     def close(self):
+        """Close the connection; a read still running on the pool (a table ``arriving``) finishes on its own."""
         if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+            self.pool.shutdown(wait=False, cancel_futures=True)
         super().close()
 
 
@@ -477,7 +478,7 @@ def read_threads(exp: Export, strings: pd.Series) -> pd.DataFrame | None:
     return df
 
 
-def read_nsys_sqlite(path: str | Path, details: bool = True) -> Trace:
+def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool = False) -> Trace:
     """Read one nsys SQLite export into normalized tables.
 
     Absent tables (no kernels ran, no GPU, no NVTX) give empty tables, not errors.
@@ -488,6 +489,9 @@ def read_nsys_sqlite(path: str | Path, details: bool = True) -> Trace:
     on a big export: kernel launch shapes, registers, shared memory, streams and NVTX
     nesting depths come back as -1, kernel ``name`` as the demangled name,
     runtime API names as "".
+
+    ``runtime_later=True`` returns before the runtime table (the biggest) is read when it is
+    read on another thread (``Trace.arriving``): a report starts on the kernels meanwhile.
     """
     path = Path(path)
     exp = Export(path)
@@ -519,10 +523,16 @@ def read_nsys_sqlite(path: str | Path, details: bool = True) -> Trace:
             "threads": read_threads(exp, strings),
         }
         optional["memops"] = read_memops(exp, {t: future.result() for t, future in memop_tables.items()})
+        later = {"runtime": pending.pop("runtime")} if runtime_later and not _done(pending.get("runtime")) else {}
         optional.update({attr: future.result() for attr, future in pending.items()})
         for attr, df in optional.items():
             if df is not None:
                 setattr(trace, attr, df)
-        return trace.validated()
+        return trace.validated().arriving(**later)
     finally:
         exp.close()
+
+
+def _done(future: Future | None) -> bool:
+    """No future, or one already finished (nothing to hand over later)."""
+    return future is None or future.done()

@@ -77,21 +77,22 @@ def discover(paths: list[str | Path]) -> list[Source]:
     return found
 
 
-def read_trace(source: Source, details: bool = True, cache: bool = False) -> Trace:
+def read_trace(source: Source, details: bool = True, cache: bool = False, runtime_later: bool = False) -> Trace:
     """Read one trace file (nsys export or report, or Kineto JSON) into a Trace.
 
     ``details=False`` lets the nsys reader skip columns the breakdowns never use
     (``read_nsys_sqlite``); ``cache=True`` keeps a big export's tables beside it
-    as Arrow files for the next read (``analyze.trace_cache``).
+    as Arrow files for the next read (``analyze.trace_cache``); ``runtime_later``
+    may hand the Trace over while an export's runtime table is still being read.
     """
     from analyze.nsys_sqlite import read_nsys_sqlite
 
     def read_export(path: Path) -> Trace:
         if not cache:
-            return read_nsys_sqlite(path, details)
+            return read_nsys_sqlite(path, details, runtime_later)
         from analyze.trace_cache import read_cached
 
-        return read_cached(path, lambda: read_nsys_sqlite(path, details), variant=f"details={details}")
+        return read_cached(path, lambda: read_nsys_sqlite(path, details, runtime_later), variant=f"details={details}")
 
     if source.kind == "nsys-sqlite":
         return read_export(source.path)

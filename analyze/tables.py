@@ -8,6 +8,8 @@ missing or misspelt column fails where it is made, not three analyses later.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -140,10 +142,35 @@ class Trace:
     meta: dict = field(default_factory=dict)
 
     def validated(self) -> Trace:
-        """Coerce every table to its schema (readers call this before returning)."""
+        """Coerce every table to its schema (readers call this before returning); tables still to come stay so."""
         for attr, schema in SCHEMAS.items():
-            setattr(self, attr, validate(getattr(self, attr), schema))
+            if attr in self.__dict__:
+                setattr(self, attr, validate(getattr(self, attr), schema))
         return self
+
+    def arriving(self, **tables: Future) -> Trace:
+        """Hand the Trace over while ``tables`` (name: future of its frame) are still being read.
+
+        A report classifies the kernels while the runtime table is read on the other core. The
+        first use of such a table waits for it and validates it; a failed read raises its error there.
+        """
+        for name in tables:
+            del self.__dict__[name]
+        self.__dict__.setdefault("_arriving", {}).update(tables)
+        return self
+
+    def __getattr__(self, name: str):
+        """A table named in ``arriving()``, at its first use (only then is it not an attribute yet)."""
+        arriving = self.__dict__.get("_arriving", {})
+        if name not in arriving:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with _ARRIVAL:  # two threads may ask at once: one validates, the other finds the table set
+            if name not in self.__dict__:
+                self.__dict__[name] = validate(arriving[name].result(), SCHEMAS[name])
+        return self.__dict__[name]
+
+
+_ARRIVAL = threading.Lock()
 
 
 # torch.cuda.memory snapshot tables (analyze/memory_snapshot.py); one row per trace event

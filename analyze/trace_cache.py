@@ -132,8 +132,9 @@ def _load(folder: Path, key: dict) -> Trace | None:
 def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None:
     """Start writing the cache on a thread (Arrow writes without the GIL) while the caller analyses.
 
-    The Arrow tables share the DataFrames' buffers, which nothing modifies in place.
-    The thread is not a daemon: the process waits for it before exiting.
+    The thread takes the tables (waiting there for any still ``arriving``); the Arrow tables share
+    the DataFrames' buffers, which nothing modifies in place. The thread is not a daemon: the
+    process waits for it before exiting.
     """
     import numpy as np
     import pyarrow as pa
@@ -152,28 +153,35 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
         """
         return len(values) > 0 and values[0] == MISSING and (values.strides == (0,) or bool((values == MISSING).all()))
 
-    tables, unstored = {}, {}
-    for name in SCHEMAS:
-        df = getattr(trace, name)
-        unstored[name] = [c for c in df.columns if df[c].dtype == np.int64 and unread(df[c].to_numpy())]
-        # one thread: pyarrow's pool for a table of a few zero-copy columns costs more than it saves
-        tables[name] = pa.Table.from_pandas(df.drop(columns=unstored[name]), preserve_index=False, nthreads=1)
-    manifest = {"key": key, "meta": trace.meta, "unstored": unstored}
-    thread = threading.Thread(target=_write, args=(folder, manifest, tables), name="trace-cache")
+    meta = dict(trace.meta)  # as read: a caller may relabel the source afterwards
+
+    def arrow_tables() -> tuple[dict, dict]:
+        tables, unstored = {}, {}
+        for name in SCHEMAS:
+            df = getattr(trace, name)
+            unstored[name] = [c for c in df.columns if df[c].dtype == np.int64 and unread(df[c].to_numpy())]
+            # one thread: pyarrow's pool for a table of a few zero-copy columns costs more than it saves
+            tables[name] = pa.Table.from_pandas(df.drop(columns=unstored[name]), preserve_index=False, nthreads=1)
+        return tables, {"key": key, "meta": meta, "unstored": unstored}
+
+    thread = threading.Thread(target=_write, args=(folder, arrow_tables), name="trace-cache")
     thread.start()
     _pending.append(thread)
     return thread
 
 
-def _write(folder: Path, manifest: dict, tables: dict) -> None:
+def _write(folder: Path, arrow_tables: Callable[[], tuple[dict, dict]]) -> None:
     """Write the cache folder under a temporary name, then rename it into place; any error: no cache."""
     import shutil
     import tempfile
 
     import pyarrow as pa
 
+    from analyze.errors import InputError
+
     parent, tmp = folder.parent, None
     try:
+        tables, manifest = arrow_tables()
         tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f"{folder.name}.tmp-"))
         for name, table in tables.items():
             with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -187,7 +195,7 @@ def _write(folder: Path, manifest: dict, tables: dict) -> None:
         tmp = None
         _written.append(folder)
         shutil.rmtree(old, ignore_errors=True)
-    except (OSError, pa.ArrowException, TypeError, ValueError):
+    except (OSError, pa.ArrowException, TypeError, ValueError, InputError):  # InputError: the read failed
         pass
     finally:
         if tmp is not None:

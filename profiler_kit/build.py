@@ -382,7 +382,7 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[T
 
     results = []
     for src in sources:
-        trace = read_trace(src, details=False, cache=cache)
+        trace = read_trace(src, details=False, cache=cache, runtime_later=True)
         tables = analyze_trace(trace, REPORT_TABLES)
         ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)

@@ -1,13 +1,19 @@
-"""analyze_trace(tables=...) returns the tables asked for, equal to those of a full analysis."""
+"""analyze_trace(tables=...) returns the tables asked for, equal to those of a full analysis; tables that arrive later."""
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from analyze.breakdown import TABLES, analyze_trace
+from analyze.errors import InputError
 from analyze.sources import Source, read_trace
+from analyze.tables import SCHEMAS, Trace
 from profiler_kit.build import REPORT_TABLES
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz"
@@ -22,3 +28,50 @@ def test_a_subset_of_tables_equals_the_full_analysis():
     assert "range_kernels" not in subset and len(full["attributed"]) > 0
     for name, table in subset.items():
         pd.testing.assert_frame_equal(table, full[name])
+
+
+def _later(df: pd.DataFrame | Exception, delay: float = 0.2) -> Future:
+    """A future that gets ``df`` (or raises the exception) ``delay`` seconds from now, from another thread."""
+    future: Future = Future()
+
+    def finish():
+        time.sleep(delay)
+        if isinstance(df, Exception):
+            future.set_exception(df)
+        else:
+            future.set_result(df)
+
+    threading.Thread(target=finish).start()
+    return future
+
+
+def test_an_arriving_table_is_waited_for_at_first_use_and_validated():
+    trace = read_trace(Source(EXAMPLE, "kineto"))
+    want = analyze_trace(trace, REPORT_TABLES)
+    runtime = trace.runtime
+    raw = runtime.assign(name=runtime["name"].astype(object))  # as a reader might hand it: coerced on use
+    late = Trace(**{n: getattr(trace, n) for n in SCHEMAS if n != "runtime"}, meta=trace.meta).arriving(
+        runtime=_later(raw)
+    )
+    assert "runtime" not in vars(late)
+    got = analyze_trace(late, REPORT_TABLES)  # the runtime is first used on the second thread
+    assert late.runtime.dtypes.equals(runtime.dtypes)
+    for name, table in want.items():
+        pd.testing.assert_frame_equal(got[name], table)
+
+
+def test_two_threads_get_the_same_arriving_table():
+    trace = Trace().arriving(runtime=_later(Trace().runtime))
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: trace.runtime, range(2))
+    assert first is second is trace.runtime
+
+
+def test_a_failed_read_raises_where_its_table_is_used():
+    trace = Trace().arriving(runtime=_later(InputError("x.sqlite: corrupt or truncated SQLite file")))
+    with pytest.raises(InputError, match="corrupt"):
+        analyze_trace(trace, REPORT_TABLES)
+    with pytest.raises(InputError, match="corrupt"):  # and again at each later use
+        _ = trace.runtime
+    with pytest.raises(AttributeError):
+        _ = trace.no_such_table

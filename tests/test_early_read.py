@@ -112,12 +112,12 @@ def test_a_killed_child_leaves_the_read_to_the_reader(path):
     assert result["alive"] == []
 
 
-def _damaged(src: Path, dst: Path) -> Path:
-    """``src`` with garbage over the root page of its kernel table, size unchanged (the file still opens)."""
+def _damaged(src: Path, dst: Path, table: str = "CUPTI_ACTIVITY_KIND_KERNEL") -> Path:
+    """``src`` with garbage over the root page of ``table``, size unchanged (the file still opens)."""
     shutil.copy(src, dst)
     con = sqlite3.connect(dst)
     page_size = con.execute("PRAGMA page_size").fetchone()[0]
-    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
     con.close()
     rng = random.Random(7)
     with open(dst, "r+b") as fh:
@@ -136,8 +136,13 @@ def _text_in_kernels(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _damaged_runtime(src: Path, dst: Path) -> Path:
+    """The runtime table's root page spoilt: the report has begun on the kernels when its read fails."""
+    return _damaged(src, dst, "CUPTI_ACTIVITY_KIND_RUNTIME")
+
+
 @pytest.mark.parametrize("path", WITH_KERNELS[-1:] or NO_SHARED)
-@pytest.mark.parametrize("spoil", [_damaged, _text_in_kernels])
+@pytest.mark.parametrize("spoil", [_damaged, _damaged_runtime, _text_in_kernels])
 def test_bad_export_is_the_readers_one_error_line(path, spoil, tmp_path):
     bad = spoil(path, tmp_path / "bad.sqlite")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

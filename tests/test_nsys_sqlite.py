@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from analyze import nsys_sqlite
 from analyze.breakdown import analyze_trace
 from analyze.errors import InputError
+from analyze.nsys_schema import adbc_sqlite
 from analyze.nsys_sqlite import read_nsys_sqlite
+from analyze.tables import SCHEMAS
 from tests.conftest import FIXTURES, requires_nsys, shared_params
 from tests.nsys_reference import nsys_stats
 
@@ -319,3 +323,20 @@ def test_gpu_table_with_odd_values_is_read(tmp_path):
     gpus = read_nsys_sqlite(path).gpus.set_index("device_id")
     assert gpus.loc[0, "sm_count"] == 132 and gpus.loc[1, "sm_count"] == -1
     assert (gpus["memory_bytes"] == -1).all()
+
+
+def test_runtime_later_hands_the_trace_over_before_a_slow_runtime_read(monkeypatch, tmp_path):
+    path = _old_schema_export(tmp_path)
+    want = read_nsys_sqlite(path, details=False)
+    read_runtime = nsys_sqlite.read_runtime
+
+    def slow(*args):
+        time.sleep(0.3)
+        return read_runtime(*args)
+
+    monkeypatch.setattr(nsys_sqlite, "read_runtime", slow)
+    got = read_nsys_sqlite(path, details=False, runtime_later=True)
+    # on a worker thread (the ADBC driver installed) the read is still running; without it, it ran in the call
+    assert ("runtime" in vars(got)) == (adbc_sqlite() is None)
+    for name in SCHEMAS:
+        pd.testing.assert_frame_equal(getattr(got, name), getattr(want, name), check_exact=True)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyze.breakdown import phase_ranges, summarize_phases, summarize_range_kernels, summarize_ranges
+from analyze.breakdown import (
+    phase_ranges,
+    range_kernel_time,
+    summarize_phases,
+    summarize_range_kernels,
+    summarize_ranges,
+)
 from analyze.projection import launches, project_nvtx, summarize_projection
 from analyze.tables import NVTX_RANGES, RUNTIME, validate
 
@@ -87,6 +93,9 @@ def test_range_summary_and_window_view():
     assert phases.loc["backward", "kernel_per_instance_ns"] == 0
     assert phases.loc["backward", "window_kernel_per_instance_ns"] == 400
     assert phases.loc["forward", "window_kernel_per_instance_ns"] == 400
+    # the phases' rows of range_kernel_time (what analyze_trace passes) give the same table as a pass over the pairs
+    shortcut = summarize_phases(sel, att, window, range_kernel_time(RANGES, att)).set_index("range")
+    pd.testing.assert_frame_equal(shortcut, phases)
 
 
 def test_layer_parts_named_like_phases_are_not_phases():
