@@ -158,7 +158,7 @@ FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longes
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
 BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
-BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2}
+BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon_ws": 2}  # gluon_ws: flash_gluon_ws (run 15), tma's buffers
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
@@ -719,6 +719,12 @@ def backward_kernels(
     inputs with head dims up to ``BWD_OPTS_MAX_D``; others start from all switches off).
     """
     bh, n, d = q.shape
+    if mode == "gluon_ws":  # Hopper, d 64, 16-bit: the warp-specialized Gluon dK/dV kernel; elsewhere tma
+        from workloads import flash_gluon_ws
+
+        ws_head_group = (opts or {}).get("HEAD_GROUP", flash_gluon_ws.HEAD_GROUP)  # its own launch order
+        if not flash_gluon_ws.supported(q, is_causal):
+            mode, dkdv_config = "tma", None
     mode_id = BWD_MODES[mode]
     # dO may have any strides (``o.sum()`` gives an expanded one): the D kernel copies it and zeroes dQ's buffer
     do_c = do if do.is_contiguous() else torch.empty(do.shape, dtype=do.dtype, device=do.device)
@@ -738,7 +744,7 @@ def backward_kernels(
     opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # TMA needs 16-byte aligned tiles
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q) and aligned
-    bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
+    bm = dkdv_config[0] if dkdv_config and mode != "gluon_ws" else 16  # descriptors: block shapes set by _desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
     if mode_id == 2:
         dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [bm, d])
@@ -755,7 +761,11 @@ def backward_kernels(
 
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
-    _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
+    if mode == "gluon_ws":
+        config = dkdv_config or flash_gluon_ws.DEFAULT
+        flash_gluon_ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, config, ws_head_group)
+    else:
+        _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)

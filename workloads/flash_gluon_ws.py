@@ -1,0 +1,403 @@
+"""The FlashAttention-2 backward's dK/dV kernel for Hopper in Gluon, warp-specialized (run 15).
+
+Run 14's Gluon kernel (commit f4ca10a, ``flash_gluon.py``) wrote the waits out in one warpgroup and was
+as fast as the ``tl.dot`` kernel, not faster. This one splits a program into partitions that run
+side by side (``gl.warp_specialize``), as FlashAttention-3's backward does:
+
+- a 1-warp load partition: K and V once, then the Q and dO tiles into a ``STAGES``-deep ring of shared
+  memory (``ready`` / ``empty`` mbarriers), 24 registers (``setmaxnreg``);
+- ``NC`` consumer warpgroups, each owning 64 keys of the program's ``64 * NC``: S^T, dP^T, P, dS, dV and dK
+  for every query tile (64 rows), reading the shared Q/dO tiles (loaded once for all of them). The dK
+  product stays in flight into the next tile; the Q/dO stage is released when it is done. ``KV_REGS``
+  keeps the warpgroup's K and V tiles in registers for the program (S and dP then read one operand from
+  shared memory, not two); ``DS_REGS`` feeds dK its dS from registers;
+- with ``DQ_WG``, a dQ warpgroup: the consumers write dS into a double-buffered shared tile
+  (``ds_ready`` / ``ds_empty``), it computes dQ = dS^T K over all ``64 * NC`` keys in one product and adds
+  it into the fp32 dQ buffer by one asynchronous TMA reduce (so one reduce per query tile and program,
+  where the default kernel does one per 64 keys). Without it each consumer does its own dQ product and
+  reduce, as run 14's kernel did.
+
+The default (``nc2_dqwg_kvds``: 2 consumers, the dQ warpgroup, K/V/dS from registers, 16 warps, one
+program per SM) ran the backward at 1x16x16384x64 bf16 causal in 2.68 ms against cuDNN's 3.01-3.03 and
+the ``tma`` default's 3.40 (H200, attention_bench; benchmarks/results/attention/run15.md).
+
+Head dim 64, 16-bit inputs, lengths a multiple of ``64 * NC`` (``supported``: of 128), causal or not. Hopper
+only, no interpreter: ``flash_triton.backward_kernels(..., mode="gluon_ws")`` falls back to ``tma`` elsewhere.
+Configs with one consumer a program (``nc1*``) give wrong results (NaN) when two programs share an SM
+(run 15); only ``nc1_1cta`` (one program per SM) is right.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from triton._C.libtriton import ir
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LOG2E = gl.constexpr(1.4426950408889634)
+KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns
+BLOCK_M = 64  # query rows a tile
+
+# (NC, DQ_WG, STAGES, maxnreg, consumer-worker regs, dQ-warpgroup regs, load regs[, KV_REGS, DS_REGS]). A program
+# has 4 * NC (+ 4 with DQ_WG) + 1 warps, rounded up to whole warpgroups, each allocated maxnreg registers at launch;
+# the default partition (consumer 0) gets what the workers leave. KV_REGS: the consumer's K and V tiles in
+# registers (S and dP read one operand from shared memory instead of two); DS_REGS: dK's dS operand from registers.
+CONFIGS = {
+    "nc2_dqwg": (2, True, 3, 128, 192, 96, 24),  # 16 warps, 1 program per SM: consumers 200 / 192, dQ 96
+    "nc2_dqwg_s2": (2, True, 2, 128, 192, 96, 24),  # the same, 2 Q/dO stages
+    "nc2_dqwg_s4": (2, True, 4, 128, 192, 96, 24),  # 4 stages
+    "nc2_dqwg_r200": (2, True, 3, 128, 200, 88, 24),  # consumers 200 / 200, dQ 88
+    "nc2_dqwg_ds": (2, True, 3, 128, 192, 96, 24, False, True),  # dK's dS from registers
+    "nc2_dqwg_kv": (2, True, 3, 128, 208, 72, 24, True, False),  # K, V in registers: consumers 208 / 208, dQ 72
+    "nc2_dqwg_kvds": (2, True, 3, 128, 208, 72, 24, True, True),  # both
+    "nc2": (2, False, 3, 168, 240, 0, 24),  # 12 warps, 1 per SM: consumers 240, each with its own dQ
+    "nc2_s2": (2, False, 2, 168, 240, 0, 24),  # the same, 2 stages
+    "nc2_kvds": (2, False, 3, 168, 240, 0, 24, True, True),
+    "nc1_2cta": (1, False, 3, 128, 0, 0, 24),  # 8 warps, 2 per SM: consumer 232 (wrong results: run 15)
+    "nc1_1cta": (1, False, 8, 128, 0, 0, 24),  # the same with 8 stages: shared memory allows 1 per SM
+    "nc1": (1, False, 2, 80, 0, 0, 24),  # 8 warps, 3 per SM: consumer 136 (spills, wgmma serialized)
+}
+# the fastest of run 15d (H200, 1x16x16384x64 bf16 causal: 2.88 ms against nc2_dqwg's 3.10); benchmarks may pick
+# another entry of CONFIGS by name
+DEFAULT = os.environ.get("FLASH_GLUON_WS_CONFIG", "nc2_dqwg_kvds")
+HEAD_GROUP = 1  # launch order: heads one after another (run 15b: 3.07 ms against 3.10-3.12 in groups of 2 or 8)
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared-memory tile ``src`` into global memory at ``coord`` (TMA bulk reduce, asynchronous)."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+@gluon.constexpr_function
+def _acc_layout(cols):
+    """wgmma accumulator of a (64, cols) product on one warpgroup."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, cols, 16])
+
+
+@gluon.jit
+def _tile_order(pid, num_tiles, n_bh, HEAD_GROUP: gl.constexpr):
+    """Program id -> (key tile, head), heads in groups (as ``flash_triton._tile_order``)."""
+    group = pid // (num_tiles * HEAD_GROUP)
+    first = group * HEAD_GROUP
+    size = gl.minimum(n_bh - first, HEAD_GROUP)
+    r = pid - first * num_tiles
+    return r // size, first + r % size
+
+
+@gluon.jit
+def _load_partition(a, STAGES: gl.constexpr):
+    """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [row0 + start_n, 0], kv_bar, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [row0 + start_n, 0], kv_bar, v_smem)
+    for i in range(num_m):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
+        mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row0 + lo + i * BM, 0], ready.index(s), q_smem.index(s))
+        tma.async_copy_global_to_shared(do_desc, [row0 + lo + i * BM, 0], ready.index(s), do_smem.index(s))
+
+
+@gluon.jit
+def _dq_partition(a, NC: gl.constexpr):
+    """One warpgroup: dQ = dS^T K over the program's keys for each query tile, added by a TMA reduce."""
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    mbarrier.wait(kv_bar, 0)
+    for i in range(num_m):
+        b = i % 2
+        mbarrier.wait(ds_ready.index(b), (i // 2) & 1)
+        dq = warpgroup_mma(
+            ds_smem.index(b).permute((1, 0)), k_smem, gl.zeros([BM, HEAD_DIM], gl.float32, layout), use_acc=False,
+            is_async=True,
+        )  # fmt: skip
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+        mbarrier.arrive(ds_empty.index(b), count=1)
+        tma.store_wait(pendings=1)  # the reduce two tiles back has read this buffer
+        dq_smem.index(b).store(dq)
+        fence_async_shared()
+        _tma_reduce_add(dq_desc, [row0 + lo + i * BM, 0], dq_smem.index(b))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _tile(
+    i, dk, dv, lse, delta, k_a, v_a, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr,
+    DQ_WG: gl.constexpr, DS_REGS: gl.constexpr,
+):  # fmt: skip
+    """One query tile for consumer ``C``: dV and dK accumulated (dK left in flight), dS and dQ passed on."""
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = _acc_layout(BM)
+    d_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=d_layout, k_width=2)
+    vec_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    stage = i % STAGES
+    start_m = lo + i * BM
+
+    # the next tile's L and D, loaded while this one runs (the last tile loads its own again)
+    nxt = row0 + lo + gl.minimum(i + 1, num_m - 1) * BM + gl.arange(0, BM, layout=vec_layout)
+    lse_next = gl.load(L + nxt)
+    delta_next = gl.load(D + nxt)
+
+    mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+    if DQ_WG:  # this tile's dS buffer: read by the dQ warpgroup two tiles back
+        mbarrier.wait(ds_empty.index(i % 2), ((i // 2) & 1) ^ 1)
+    q_s = q_smem.index(stage)
+    do_s = do_smem.index(stage)
+    zero = gl.zeros([KEYS, BM], gl.float32, s_layout)
+    s_t = warpgroup_mma(k_a, q_s.permute((1, 0)), zero, use_acc=False, is_async=True)  # K, V: smem or registers
+    dp_t = warpgroup_mma(v_a, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
+    # the previous tile's dV and dK are done: its Q/dO stage (and with DQ_WG its dS buffer) is free
+    dk, dv = warpgroup_mma_wait(num_outstanding=2, deps=(dk, dv))
+    mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+    if DQ_WG:
+        mbarrier.arrive(ds_empty.index((i + 1) % 2), count=1, pred=i > 0)
+    lse = gl.convert_layout(lse * LOG2E, col_layout)
+    s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t,))
+    p_t = gl.exp2(s_t * (sm_scale * LOG2E) - lse[None, :])
+    if MASK:  # a tile that crosses the diagonal: keys after the query are masked
+        rows = start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+        cols = start_m + gl.arange(0, BM, layout=col_layout)
+        p_t = gl.where(cols[None, :] >= rows[:, None], p_t, 0.0)
+    dv = warpgroup_mma(gl.convert_layout(p_t.to(dtype), p_layout), do_s, dv, is_async=True)
+    delta = gl.convert_layout(delta * sm_scale, col_layout)
+    dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t,))
+    ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)  # dS carries the softmax scale
+    if DQ_WG:
+        b = i % 2
+        ds_c = ds_smem.index(b).slice(C * KEYS, KEYS, dim=0)
+        ds_c.store(ds)
+        fence_async_shared()
+        mbarrier.arrive(ds_ready.index(b), count=1)
+        if DS_REGS:  # dK's dS operand from registers (half the shared-memory reads), waited for in the tile
+            dk = warpgroup_mma(gl.convert_layout(ds, p_layout), q_s, dk, is_async=True)
+            dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
+            dk = warpgroup_mma_init(dk)
+        else:
+            dk = warpgroup_mma(ds_c, q_s, dk, is_async=True)
+            dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv,))  # dV (issued before the dS math) done, dK in flight
+    else:
+        ds_c = ds_smem.index(0).slice(C * KEYS, KEYS, dim=0)  # its last reader, dK, is done (above)
+        ds_c.store(ds)
+        fence_async_shared()
+        dq = warpgroup_mma(
+            ds_c.permute((1, 0)), k_smem.slice(C * KEYS, KEYS, dim=0), gl.zeros([BM, HEAD_DIM], gl.float32, d_layout), use_acc=False, is_async=True
+        )  # fmt: skip
+        if DS_REGS:
+            dk = warpgroup_mma(gl.convert_layout(ds, p_layout), q_s, dk, is_async=True)
+            dq, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dv, dk))
+            dk = warpgroup_mma_init(dk)
+        else:
+            dk = warpgroup_mma(ds_c, q_s, dk, is_async=True)
+            dq, dv = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv))  # dK stays in flight
+        dq_s = dq_smem.index(C)
+        tma.store_wait(pendings=0)  # the previous tile's reduce has read dq_s
+        dq_s.store(dq)
+        fence_async_shared()
+        _tma_reduce_add(dq_desc, [row0 + start_m, 0], dq_s)
+    return dk, dv, lse_next, delta_next
+
+
+@gluon.jit
+def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, NC: gl.constexpr,
+              DQ_WG: gl.constexpr, KV_REGS: gl.constexpr, DS_REGS: gl.constexpr):  # fmt: skip
+    """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    d_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    vec_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    offs = row0 + lo + gl.arange(0, BM, layout=vec_layout)
+    lse = gl.load(L + offs)
+    delta = gl.load(D + offs)
+    dk = warpgroup_mma_init(gl.zeros([KEYS, HEAD_DIM], gl.float32, d_layout))  # carried in flight between tiles
+    dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, d_layout)
+    mbarrier.wait(kv_bar, 0)
+    k_a = k_smem.slice(C * KEYS, KEYS, dim=0)
+    v_a = v_smem.slice(C * KEYS, KEYS, dim=0)
+    if KV_REGS:  # this warpgroup's K and V tiles as the S and dP products' A operands, in registers for the program
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(BM), k_width=2)
+        k_a = k_a.load(a_layout)
+        v_a = v_a.load(a_layout)
+    first = 0
+    if IS_CAUSAL:  # the first NC tiles cross some consumer's diagonal: masked; the rest need no mask
+        for i in gl.static_range(NC):
+            dk, dv, lse, delta = _tile(i, dk, dv, lse, delta, k_a, v_a, a, C, True, STAGES, DQ_WG, DS_REGS)
+        first = NC
+    for i in range(first, num_m):
+        dk, dv, lse, delta = _tile(i, dk, dv, lse, delta, k_a, v_a, a, C, False, STAGES, DQ_WG, DS_REGS)
+    dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
+    if not DQ_WG:
+        tma.store_wait(pendings=0)
+    rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, d_layout))
+    off = rows.to(gl.int64)[:, None] * HEAD_DIM + cols[None, :]
+    gl.store(DK + off, dk.to(dtype))
+    gl.store(DV + off, dv.to(dtype))
+
+
+@gluon.jit
+def _ws_dkdv_kernel(
+    q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
+    IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, NC: gl.constexpr, DQ_WG: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, DQ_REGS: gl.constexpr, LOAD_REGS: gl.constexpr,
+    KV_REGS: gl.constexpr, DS_REGS: gl.constexpr,
+):  # fmt: skip
+    """One program per 64 * NC keys (NC consumer warpgroups); each query tile's dQ share added into fp32 dQ."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    DS_BUFS: gl.constexpr = 2 if DQ_WG else 1
+    DQ_BUFS: gl.constexpr = 2 if DQ_WG else NC
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(BLOCK_N == NC * KEYS)
+
+    num_n = N_CTX // BLOCK_N
+    pid_n, pid_bh = _tile_order(gl.program_id(0), num_n, gl.num_programs(0) // num_n, HEAD_GROUP)
+    row0 = pid_bh * N_CTX
+    start_n = pid_n * BLOCK_N
+    lo = start_n if IS_CAUSAL else 0
+    num_m = (N_CTX - lo) // BM
+
+    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BM, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BM, HEAD_DIM], do_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [DS_BUFS, BLOCK_N, BM], k_desc.layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_BUFS, BM, HEAD_DIM], dq_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=NC)
+    for b in gl.static_range(2):
+        mbarrier.init(ds_ready.index(b), count=NC)
+        mbarrier.init(ds_empty.index(b), count=NC + 1)
+
+    a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+         kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m)  # fmt: skip
+    if NC == 1:
+        if DQ_WG:
+            gl.warp_specialize(
+                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_dq_partition, (a, NC)), (_load_partition, (a, STAGES))],
+                [4, 1], [DQ_REGS, LOAD_REGS],
+            )  # fmt: skip
+        else:
+            gl.warp_specialize(
+                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_load_partition, (a, STAGES))],
+                [1],
+                [LOAD_REGS],
+            )
+    else:
+        gl.static_assert(NC == 2)
+        if DQ_WG:
+            gl.warp_specialize(
+                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_consumer, (a, 1, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_dq_partition, (a, NC)),
+                 (_load_partition, (a, STAGES))],
+                [4, 4, 1], [CONSUMER_REGS, DQ_REGS, LOAD_REGS],
+            )  # fmt: skip
+        else:
+            gl.warp_specialize(
+                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_consumer, (a, 1, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_load_partition, (a, STAGES))],
+                [4, 1], [CONSUMER_REGS, LOAD_REGS],
+            )  # fmt: skip
+
+
+def supported(q: torch.Tensor, is_causal: bool) -> bool:
+    """The shapes this kernel handles: 16-bit inputs on Hopper, head dim 64, whole 128-key programs."""
+    bh, n, d = q.shape
+    return (
+        q.is_cuda
+        and torch.cuda.get_device_capability(q.device)[0] == 9
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and d == 64
+        and n % (2 * KEYS.value) == 0
+    )
+
+
+def _desc(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[t.dtype]
+    flat = t.view(-1, t.shape[-1])
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)
+
+
+def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):
+    """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
+    config = CONFIGS[config] if isinstance(config, str) else tuple(config)
+    nc, dq_wg, stages, maxnreg, consumer_regs, dq_regs, load_regs, kv_regs, ds_regs = (
+        config + (False, False)[len(config) - 7 :]
+    )
+    bh, n, d = q.shape
+    if n % (KEYS.value * nc):
+        raise ValueError(f"sequence length {n} is no multiple of {KEYS.value * nc} (64 keys a consumer warpgroup)")
+    args = (
+        _desc(q, [BLOCK_M, d]), _desc(k, [KEYS.value * nc, d]), _desc(v, [KEYS.value * nc, d]),
+        _desc(do, [BLOCK_M, d]), _desc(dq, [BLOCK_M, d]), dk, dv, lse, delta, sm_scale, n,
+    )  # fmt: skip
+    consts = (is_causal, head_group, nc, bool(dq_wg), stages, consumer_regs, dq_regs, load_regs, kv_regs, ds_regs)
+    grid = (n // (KEYS.value * nc) * bh,)
+    return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg or None}
+
+
+def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAULT, head_group=HEAD_GROUP):
+    """Launch: dK, dV into ``dk``, ``dv``; each dQ share added into the zeroed fp32 ``dq``.
+
+    Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 64)`` q, k, v, dO;
+    ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
+    """
+    grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
+    _ws_dkdv_kernel[grid](*args, *consts, **opts)
+
+
+def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 16):
+    """Compile for sm_90 without a GPU (the signature taken from CPU tensors): Triton's compiled kernel, with
+    ``asm["ptx"]``, ``asm["cubin"]`` and ``metadata.shared``. No driver is needed; ptxas ships with Triton."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    q, k, v, do = (torch.empty(heads, n, 64, dtype=dtype) for _ in range(4))
+    dq = torch.empty(heads, n, 64, dtype=torch.float32)
+    lse = delta = torch.empty(heads, n, dtype=torch.float32)
+    _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, q, q, 0.125, is_causal, config)
+    fn = _ws_dkdv_kernel
+    names = fn.arg_names
+    const_names = names[len(args) :]
+    sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
+    constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
+    attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in ("DK", "DV", "L", "D", "N_CTX")}
+    src = GluonASTSource(fn, sig, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})
