@@ -1,34 +1,33 @@
 """The FlashAttention-2 backward's dK/dV kernel for Hopper in Gluon, warp-specialized (run 15).
 
-Run 14's Gluon kernel (commit f4ca10a, ``flash_gluon.py``) wrote the waits out in one warpgroup and was
-as fast as the ``tl.dot`` kernel, not faster. This one splits a program into partitions that run
-side by side (``gl.warp_specialize``), as FlashAttention-3's backward does:
+Run 14's Gluon kernel (commit f4ca10a) wrote the waits out in one warpgroup and was as fast as the
+``tl.dot`` kernel, not faster. This one splits a program of 128 keys into partitions that run side
+by side (``gl.warp_specialize``), as FlashAttention-3's backward does:
 
-- a 1-warp load partition: K and V once, then the Q and dO tiles into a ``STAGES``-deep ring of shared
-  memory (``ready`` / ``empty`` mbarriers), 24 registers (``setmaxnreg``);
-- ``NC`` consumer warpgroups, each owning 64 keys of the program's ``64 * NC``: S^T, dP^T, P, dS, dV and dK
-  for every query tile (64 rows), reading the shared Q/dO tiles (loaded once for all of them). The dK
-  product stays in flight into the next tile; the Q/dO stage is released when it is done. ``KV_REGS``
-  keeps the warpgroup's K and V tiles in registers for the program (S and dP then read one operand from
-  shared memory, not two); ``DS_REGS`` feeds dK its dS from registers;
-- with ``DQ_WG``, a dQ warpgroup: the consumers write dS into a double-buffered shared tile
-  (``ds_ready`` / ``ds_empty``), it computes dQ = dS^T K over all ``64 * NC`` keys in one product and adds
-  it into the fp32 dQ buffer by one asynchronous TMA reduce (so one reduce per query tile and program,
-  where the default kernel does one per 64 keys). Without it each consumer does its own dQ product and
-  reduce, as run 14's kernel did.
+- a 1-warp load partition: K and V once, then the Q and dO tiles (64 rows) into a ``STAGES``-deep
+  ring of shared memory (``ready`` / ``empty`` mbarriers), 24 registers (``setmaxnreg``);
+- two consumer warpgroups, each owning 64 of the keys: S^T, dP^T, P, dS, dV and dK for every query
+  tile, reading the shared Q/dO tiles (loaded once for both). The dK product stays in flight into the
+  next tile unless ``DS_REGS``; the Q/dO stage is released when it is done. ``KV_REGS`` keeps the
+  warpgroup's K and V tiles in registers for the program (S and dP then read one operand from shared
+  memory, not two); ``DS_REGS`` feeds dK its dS from registers. Each writes its dS into a
+  double-buffered shared tile (``ds_ready`` / ``ds_empty``);
+- a dQ warpgroup: dQ = dS^T K over all 128 keys in one product, added into the fp32 dQ buffer by one
+  asynchronous TMA reduce (one per query tile and program, where the ``tma`` kernel does one per 64 keys).
 
-The default (``nc2_dqwg_kvds``: 2 consumers, the dQ warpgroup, K/V/dS from registers, 16 warps, one
-program per SM) ran the backward at 1x16x16384x64 bf16 causal in 2.68 ms against cuDNN's 3.01-3.03 and
-the ``tma`` default's 3.40 (H200, attention_bench; benchmarks/results/attention/run15.md).
+The default (``kvds``: K, V and dS from registers; 16 warps, one program per SM) ran the backward at
+1x16x16384x64 bf16 causal in 2.68 ms against cuDNN's 3.01-3.03 and the ``tma`` kernel's 3.40 (H200,
+attention_bench; benchmarks/results/attention/run15.md). Commit 87d8786 holds every structure run 15
+measured (one consumer a program, consumers with their own dQ product); they were slower, and the
+one-consumer ones gave NaN with two programs on an SM.
 
-Head dim 64, 16-bit inputs, lengths a multiple of ``64 * NC`` (``supported``: of 128), causal or not. Hopper
-only, no interpreter: ``flash_triton.backward_kernels(..., mode="gluon_ws")`` falls back to ``tma`` elsewhere.
-Configs with one consumer a program (``nc1*``) give wrong results (NaN) when two programs share an SM
-(run 15); only ``nc1_1cta`` (one program per SM) is right.
+Head dim 64, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only (``supported``);
+``flash_triton.backward_kernels`` falls back to its ``tma`` kernel elsewhere.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -47,32 +46,21 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LOG2E = gl.constexpr(1.4426950408889634)
-KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns
+KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns (two a program)
 BLOCK_M = 64  # query rows a tile
 
-# (NC, DQ_WG, STAGES, maxnreg, consumer-worker regs, dQ-warpgroup regs, load regs[, KV_REGS, DS_REGS]). A program
-# has 4 * NC (+ 4 with DQ_WG) + 1 warps, rounded up to whole warpgroups, each allocated maxnreg registers at launch;
-# the default partition (consumer 0) gets what the workers leave. KV_REGS: the consumer's K and V tiles in
-# registers (S and dP read one operand from shared memory instead of two); DS_REGS: dK's dS operand from registers.
+# (STAGES, maxnreg, consumer-worker regs, dQ-warpgroup regs, load regs, KV_REGS, DS_REGS). A program has 16 warps
+# (2 consumer warpgroups, the dQ warpgroup and the load warp, rounded up to whole warpgroups), each allocated maxnreg
+# registers at launch; the default partition (consumer 0) gets what the workers leave.
 CONFIGS = {
-    "nc2_dqwg": (2, True, 3, 128, 192, 96, 24),  # 16 warps, 1 program per SM: consumers 200 / 192, dQ 96
-    "nc2_dqwg_s2": (2, True, 2, 128, 192, 96, 24),  # the same, 2 Q/dO stages
-    "nc2_dqwg_s4": (2, True, 4, 128, 192, 96, 24),  # 4 stages
-    "nc2_dqwg_r200": (2, True, 3, 128, 200, 88, 24),  # consumers 200 / 200, dQ 88
-    "nc2_dqwg_ds": (2, True, 3, 128, 192, 96, 24, False, True),  # dK's dS from registers
-    "nc2_dqwg_kv": (2, True, 3, 128, 208, 72, 24, True, False),  # K, V in registers: consumers 208 / 208, dQ 72
-    "nc2_dqwg_kvds": (2, True, 3, 128, 208, 72, 24, True, True),  # both
-    "nc2": (2, False, 3, 168, 240, 0, 24),  # 12 warps, 1 per SM: consumers 240, each with its own dQ
-    "nc2_s2": (2, False, 2, 168, 240, 0, 24),  # the same, 2 stages
-    "nc2_kvds": (2, False, 3, 168, 240, 0, 24, True, True),
-    "nc1_2cta": (1, False, 3, 128, 0, 0, 24),  # 8 warps, 2 per SM: consumer 232 (wrong results: run 15)
-    "nc1_1cta": (1, False, 8, 128, 0, 0, 24),  # the same with 8 stages: shared memory allows 1 per SM
-    "nc1": (1, False, 2, 80, 0, 0, 24),  # 8 warps, 3 per SM: consumer 136 (spills, wgmma serialized)
+    "kvds": (3, 128, 208, 72, 24, True, True),  # consumers 208 / 208, dQ 72: 2.88 ms in run 15d's timing
+    "kv": (3, 128, 208, 72, 24, True, False),  # 2.99
+    "ds": (3, 128, 192, 96, 24, False, True),  # 3.23
+    "plain": (3, 128, 192, 96, 24, False, False),  # consumers 200 / 192, dQ 96: 3.10
 }
-# the fastest of run 15d (H200, 1x16x16384x64 bf16 causal: 2.88 ms against nc2_dqwg's 3.10); benchmarks may pick
-# another entry of CONFIGS by name
-DEFAULT = os.environ.get("FLASH_GLUON_WS_CONFIG", "nc2_dqwg_kvds")
+DEFAULT = os.environ.get("FLASH_GLUON_WS_CONFIG", "kvds")  # benchmarks may pick another entry of CONFIGS by name
 HEAD_GROUP = 1  # launch order: heads one after another (run 15b: 3.07 ms against 3.10-3.12 in groups of 2 or 8)
+KEYS_PER_PROGRAM = 128
 
 
 @builtin
@@ -116,8 +104,8 @@ def _load_partition(a, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _dq_partition(a, NC: gl.constexpr):
-    """One warpgroup: dQ = dS^T K over the program's keys for each query tile, added by a TMA reduce."""
+def _dq_partition(a):
+    """One warpgroup: dQ = dS^T K over the program's 128 keys for each query tile, added by a TMA reduce."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
      kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -143,9 +131,9 @@ def _dq_partition(a, NC: gl.constexpr):
 @gluon.jit
 def _tile(
     i, dk, dv, lse, delta, k_a, v_a, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr,
-    DQ_WG: gl.constexpr, DS_REGS: gl.constexpr,
+    DS_REGS: gl.constexpr,
 ):  # fmt: skip
-    """One query tile for consumer ``C``: dV and dK accumulated (dK left in flight), dS and dQ passed on."""
+    """One query tile for consumer ``C``: dV and dK accumulated (dK left in flight unless DS_REGS), dS passed on."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
      kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -158,6 +146,7 @@ def _tile(
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     stage = i % STAGES
     start_m = lo + i * BM
+    b = i % 2
 
     # the next tile's L and D, loaded while this one runs (the last tile loads its own again)
     nxt = row0 + lo + gl.minimum(i + 1, num_m - 1) * BM + gl.arange(0, BM, layout=vec_layout)
@@ -165,18 +154,18 @@ def _tile(
     delta_next = gl.load(D + nxt)
 
     mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
-    if DQ_WG:  # this tile's dS buffer: read by the dQ warpgroup two tiles back
-        mbarrier.wait(ds_empty.index(i % 2), ((i // 2) & 1) ^ 1)
+    mbarrier.wait(
+        ds_empty.index(b), ((i // 2) & 1) ^ 1
+    )  # this tile's dS buffer: read by the dQ warpgroup two tiles back
     q_s = q_smem.index(stage)
     do_s = do_smem.index(stage)
     zero = gl.zeros([KEYS, BM], gl.float32, s_layout)
     s_t = warpgroup_mma(k_a, q_s.permute((1, 0)), zero, use_acc=False, is_async=True)  # K, V: smem or registers
     dp_t = warpgroup_mma(v_a, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
-    # the previous tile's dV and dK are done: its Q/dO stage (and with DQ_WG its dS buffer) is free
+    # the previous tile's dV and dK are done: its Q/dO stage and its dS buffer are free
     dk, dv = warpgroup_mma_wait(num_outstanding=2, deps=(dk, dv))
     mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
-    if DQ_WG:
-        mbarrier.arrive(ds_empty.index((i + 1) % 2), count=1, pred=i > 0)
+    mbarrier.arrive(ds_empty.index((i + 1) % 2), count=1, pred=i > 0)
     lse = gl.convert_layout(lse * LOG2E, col_layout)
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t,))
     p_t = gl.exp2(s_t * (sm_scale * LOG2E) - lse[None, :])
@@ -188,44 +177,23 @@ def _tile(
     delta = gl.convert_layout(delta * sm_scale, col_layout)
     dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t,))
     ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)  # dS carries the softmax scale
-    if DQ_WG:
-        b = i % 2
-        ds_c = ds_smem.index(b).slice(C * KEYS, KEYS, dim=0)
-        ds_c.store(ds)
-        fence_async_shared()
-        mbarrier.arrive(ds_ready.index(b), count=1)
-        if DS_REGS:  # dK's dS operand from registers (half the shared-memory reads), waited for in the tile
-            dk = warpgroup_mma(gl.convert_layout(ds, p_layout), q_s, dk, is_async=True)
-            dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
-            dk = warpgroup_mma_init(dk)
-        else:
-            dk = warpgroup_mma(ds_c, q_s, dk, is_async=True)
-            dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv,))  # dV (issued before the dS math) done, dK in flight
+    ds_c = ds_smem.index(b).slice(C * KEYS, KEYS, dim=0)
+    ds_c.store(ds)
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(b), count=1)
+    if DS_REGS:  # dK's dS operand from registers (half the shared-memory reads), waited for in the tile
+        dk = warpgroup_mma(gl.convert_layout(ds, p_layout), q_s, dk, is_async=True)
+        dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
+        dk = warpgroup_mma_init(dk)
     else:
-        ds_c = ds_smem.index(0).slice(C * KEYS, KEYS, dim=0)  # its last reader, dK, is done (above)
-        ds_c.store(ds)
-        fence_async_shared()
-        dq = warpgroup_mma(
-            ds_c.permute((1, 0)), k_smem.slice(C * KEYS, KEYS, dim=0), gl.zeros([BM, HEAD_DIM], gl.float32, d_layout), use_acc=False, is_async=True
-        )  # fmt: skip
-        if DS_REGS:
-            dk = warpgroup_mma(gl.convert_layout(ds, p_layout), q_s, dk, is_async=True)
-            dq, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dq, dv, dk))
-            dk = warpgroup_mma_init(dk)
-        else:
-            dk = warpgroup_mma(ds_c, q_s, dk, is_async=True)
-            dq, dv = warpgroup_mma_wait(num_outstanding=1, deps=(dq, dv))  # dK stays in flight
-        dq_s = dq_smem.index(C)
-        tma.store_wait(pendings=0)  # the previous tile's reduce has read dq_s
-        dq_s.store(dq)
-        fence_async_shared()
-        _tma_reduce_add(dq_desc, [row0 + start_m, 0], dq_s)
+        dk = warpgroup_mma(ds_c, q_s, dk, is_async=True)
+        dv = warpgroup_mma_wait(num_outstanding=1, deps=(dv,))  # dV (issued before the dS math) done, dK in flight
     return dk, dv, lse_next, delta_next
 
 
 @gluon.jit
-def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, NC: gl.constexpr,
-              DQ_WG: gl.constexpr, KV_REGS: gl.constexpr, DS_REGS: gl.constexpr):  # fmt: skip
+def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, KV_REGS: gl.constexpr,
+              DS_REGS: gl.constexpr):  # fmt: skip
     """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
      kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
@@ -247,15 +215,13 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
         k_a = k_a.load(a_layout)
         v_a = v_a.load(a_layout)
     first = 0
-    if IS_CAUSAL:  # the first NC tiles cross some consumer's diagonal: masked; the rest need no mask
-        for i in gl.static_range(NC):
-            dk, dv, lse, delta = _tile(i, dk, dv, lse, delta, k_a, v_a, a, C, True, STAGES, DQ_WG, DS_REGS)
-        first = NC
+    if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
+        for i in gl.static_range(2):
+            dk, dv, lse, delta = _tile(i, dk, dv, lse, delta, k_a, v_a, a, C, True, STAGES, DS_REGS)
+        first = 2
     for i in range(first, num_m):
-        dk, dv, lse, delta = _tile(i, dk, dv, lse, delta, k_a, v_a, a, C, False, STAGES, DQ_WG, DS_REGS)
+        dk, dv, lse, delta = _tile(i, dk, dv, lse, delta, k_a, v_a, a, C, False, STAGES, DS_REGS)
     dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
-    if not DQ_WG:
-        tma.store_wait(pendings=0)
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, d_layout))
     off = rows.to(gl.int64)[:, None] * HEAD_DIM + cols[None, :]
@@ -264,20 +230,17 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
 
 
 @gluon.jit
-def _ws_dkdv_kernel(
+def _flash_ws_dkdv_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
-    IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, NC: gl.constexpr, DQ_WG: gl.constexpr,
-    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, DQ_REGS: gl.constexpr, LOAD_REGS: gl.constexpr,
-    KV_REGS: gl.constexpr, DS_REGS: gl.constexpr,
+    IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    DQ_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, KV_REGS: gl.constexpr, DS_REGS: gl.constexpr,
 ):  # fmt: skip
-    """One program per 64 * NC keys (NC consumer warpgroups); each query tile's dQ share added into fp32 dQ."""
+    """One program per 128 keys (two consumer warpgroups); each query tile's dQ share added into fp32 dQ."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    DS_BUFS: gl.constexpr = 2 if DQ_WG else 1
-    DQ_BUFS: gl.constexpr = 2 if DQ_WG else NC
     dtype: gl.constexpr = q_desc.dtype
-    gl.static_assert(BLOCK_N == NC * KEYS)
+    gl.static_assert(BLOCK_N == 2 * KEYS)
 
     num_n = N_CTX // BLOCK_N
     pid_n, pid_bh = _tile_order(gl.program_id(0), num_n, gl.num_programs(0) // num_n, HEAD_GROUP)
@@ -290,8 +253,8 @@ def _ws_dkdv_kernel(
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BM, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BM, HEAD_DIM], do_desc.layout)
-    ds_smem = gl.allocate_shared_memory(dtype, [DS_BUFS, BLOCK_N, BM], k_desc.layout)
-    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_BUFS, BM, HEAD_DIM], dq_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BM], k_desc.layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BM, HEAD_DIM], dq_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -300,75 +263,66 @@ def _ws_dkdv_kernel(
     mbarrier.init(kv_bar, count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=NC)
+        mbarrier.init(empty.index(s), count=2)  # both consumers release a Q/dO stage
     for b in gl.static_range(2):
-        mbarrier.init(ds_ready.index(b), count=NC)
-        mbarrier.init(ds_empty.index(b), count=NC + 1)
+        mbarrier.init(ds_ready.index(b), count=2)  # both consumers' halves of dS written
+        mbarrier.init(ds_empty.index(b), count=3)  # both consumers' dK and the dQ product have read it
 
     a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
          kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m)  # fmt: skip
-    if NC == 1:
-        if DQ_WG:
-            gl.warp_specialize(
-                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_dq_partition, (a, NC)), (_load_partition, (a, STAGES))],
-                [4, 1], [DQ_REGS, LOAD_REGS],
-            )  # fmt: skip
-        else:
-            gl.warp_specialize(
-                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_load_partition, (a, STAGES))],
-                [1],
-                [LOAD_REGS],
-            )
-    else:
-        gl.static_assert(NC == 2)
-        if DQ_WG:
-            gl.warp_specialize(
-                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_consumer, (a, 1, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_dq_partition, (a, NC)),
-                 (_load_partition, (a, STAGES))],
-                [4, 4, 1], [CONSUMER_REGS, DQ_REGS, LOAD_REGS],
-            )  # fmt: skip
-        else:
-            gl.warp_specialize(
-                [(_consumer, (a, 0, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_consumer, (a, 1, IS_CAUSAL, STAGES, NC, DQ_WG, KV_REGS, DS_REGS)), (_load_partition, (a, STAGES))],
-                [4, 1], [CONSUMER_REGS, LOAD_REGS],
-            )  # fmt: skip
+    gl.warp_specialize(
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, KV_REGS, DS_REGS)), (_consumer, (a, 1, IS_CAUSAL, STAGES, KV_REGS, DS_REGS)),
+         (_dq_partition, (a,)), (_load_partition, (a, STAGES))],
+        [4, 4, 1], [CONSUMER_REGS, DQ_REGS, LOAD_REGS],
+    )  # fmt: skip
 
 
-def supported(q: torch.Tensor, is_causal: bool) -> bool:
-    """The shapes this kernel handles: 16-bit inputs on Hopper, head dim 64, whole 128-key programs."""
+def supported(q: torch.Tensor) -> bool:
+    """The inputs this kernel handles: 16-bit on Hopper, head dim 64, whole 128-key programs."""
     bh, n, d = q.shape
     return (
         q.is_cuda
-        and torch.cuda.get_device_capability(q.device)[0] == 9
         and q.dtype in (torch.bfloat16, torch.float16)
         and d == 64
-        and n % (2 * KEYS.value) == 0
+        and n % KEYS_PER_PROGRAM == 0
+        and _capability(q.device.index)[0] == 9
     )
 
 
-def _desc(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
-    dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[t.dtype]
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+@functools.cache
+def _layout(block: tuple[int, ...], dtype: torch.dtype):
+    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
+
+
+def _desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
     flat = t.view(-1, t.shape[-1])
-    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), block, layout)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _layout(block, t.dtype))
 
 
 def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
-    config = CONFIGS[config] if isinstance(config, str) else tuple(config)
-    nc, dq_wg, stages, maxnreg, consumer_regs, dq_regs, load_regs, kv_regs, ds_regs = (
-        config + (False, False)[len(config) - 7 :]
+    stages, maxnreg, consumer_regs, dq_regs, load_regs, kv_regs, ds_regs = (
+        CONFIGS[config] if isinstance(config, str) else tuple(config)
     )
     bh, n, d = q.shape
-    if n % (KEYS.value * nc):
-        raise ValueError(f"sequence length {n} is no multiple of {KEYS.value * nc} (64 keys a consumer warpgroup)")
+    if n % KEYS_PER_PROGRAM:
+        raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
     args = (
-        _desc(q, [BLOCK_M, d]), _desc(k, [KEYS.value * nc, d]), _desc(v, [KEYS.value * nc, d]),
-        _desc(do, [BLOCK_M, d]), _desc(dq, [BLOCK_M, d]), dk, dv, lse, delta, sm_scale, n,
+        _desc(q, (BLOCK_M, d)), _desc(k, (KEYS_PER_PROGRAM, d)), _desc(v, (KEYS_PER_PROGRAM, d)),
+        _desc(do, (BLOCK_M, d)), _desc(dq, (BLOCK_M, d)), dk, dv, lse, delta, sm_scale, n,
     )  # fmt: skip
-    consts = (is_causal, head_group, nc, bool(dq_wg), stages, consumer_regs, dq_regs, load_regs, kv_regs, ds_regs)
-    grid = (n // (KEYS.value * nc) * bh,)
-    return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg or None}
+    consts = (is_causal, head_group, stages, consumer_regs, dq_regs, load_regs, bool(kv_regs), bool(ds_regs))
+    grid = (n // KEYS_PER_PROGRAM * bh,)
+    return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
+
+
+_COMPILED: dict[tuple, object] = {}  # launch key -> the kernel Triton compiled for it
 
 
 def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAULT, head_group=HEAD_GROUP):
@@ -376,9 +330,17 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
 
     Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 64)`` q, k, v, dO;
     ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
+    The first launch of a shape goes through Gluon's JIT; later ones call the kernel it compiled, skipping
+    the JIT's per-call Python (as ``flash_triton._launch`` does for the Triton kernels).
     """
     grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
-    _ws_dkdv_kernel[grid](*args, *consts, **opts)
+    key = (q.device.index, q.dtype, *(t.data_ptr() % 16 == 0 for t in (q, k, v, do, dq, dk, dv, lse, delta)))
+    key += (args[-1], consts, tuple(opts.items()))
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        _COMPILED[key] = _flash_ws_dkdv_kernel[grid](*args, *consts, **opts)
+    else:
+        compiled[grid + (1, 1)](*args, *consts)
 
 
 def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 16):
@@ -393,7 +355,7 @@ def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=t
     dq = torch.empty(heads, n, 64, dtype=torch.float32)
     lse = delta = torch.empty(heads, n, dtype=torch.float32)
     _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, q, q, 0.125, is_causal, config)
-    fn = _ws_dkdv_kernel
+    fn = _flash_ws_dkdv_kernel
     names = fn.arg_names
     const_names = names[len(args) :]
     sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")

@@ -23,11 +23,15 @@ pays nothing).
   kernel instead, saving the recomputation of S and dP (5 matmuls instead of
   7): ``"atomic"`` with per-element fp32 atomics, ``"tma"`` with one bulk
   tensor reduce (TMA ``cp.reduce.async.bulk``, Hopper and later) per tile.
-  ``DEFAULT_BWD`` says which one 16-bit inputs get on Hopper: ``"tma"``, the
-  fastest in run 4 (benchmarks/results/attention/README.md) by a margin within
-  noise of the autotuned two-kernel one, with fewer configs to tune; its dQ
-  sums in an unspecified order, so it is not bitwise deterministic. fp32
-  inputs and pre-Hopper GPUs use the two-kernel backward. ``BWD_OPTS``
+  ``"gluon_ws"`` adds dQ the same way from a warp-specialized dK/dV kernel
+  written in Gluon (``workloads/flash_gluon_ws.py``: a load warp, two consumer
+  warpgroups of 64 keys, a dQ warpgroup; head dim 64, lengths a multiple of
+  128, Hopper; other inputs take ``"tma"``). ``DEFAULT_BWD`` says which one
+  16-bit inputs get on Hopper: ``"gluon_ws"``, 2.66-2.70 ms against cuDNN's
+  3.03-3.04 and the ``tma`` kernel's 3.36 at the leaderboard shape, and less
+  GPU time from seq 4096 up (runs 15-16, benchmarks/results/attention/README.md).
+  Their dQ sums in an unspecified order, so they are not bitwise deterministic.
+  fp32 inputs and pre-Hopper GPUs use the two-kernel backward. ``BWD_OPTS``
   switches the dK/dV kernel's structure (16-bit inputs, head dims up to
   ``BWD_OPTS_MAX_D``); the defaults load Q and dO tiles by TMA descriptors,
   fold the softmax scale into dS and start the heads in groups of 4, which
@@ -151,14 +155,15 @@ else:
 FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice the shared memory
 
 
-DEFAULT_BWD = "tma"  # for 16-bit inputs on Hopper; see the module docstring
+DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
 BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True}
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
-BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon_ws": 2}  # gluon_ws: flash_gluon_ws (run 15), tma's buffers
+BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon_ws": 2}  # gluon_ws: flash_gluon_ws, tma's dQ buffer
+GLUON_WS_TRITON = "3.6."  # the Triton release flash_gluon_ws was written and measured with
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
@@ -698,6 +703,21 @@ def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
     return mode
 
 
+def _gluon_ws(q: torch.Tensor):
+    """``flash_gluon_ws`` where it takes these inputs (``supported``) under the Triton it was written for, else None.
+
+    Gluon is Triton's experimental dialect and the kernel calls one of the compiler's internal builders
+    (the TMA reduce), so another Triton release gets the ``tma`` kernel rather than a compile error.
+    """
+    if not triton.__version__.startswith(GLUON_WS_TRITON):
+        return None
+    try:
+        from workloads import flash_gluon_ws
+    except (ImportError, AttributeError):  # a Triton without Gluon, or whose internals it uses have moved
+        return None
+    return flash_gluon_ws if flash_gluon_ws.supported(q) else None
+
+
 def backward_kernels(
     do: torch.Tensor,
     q: torch.Tensor,
@@ -719,12 +739,9 @@ def backward_kernels(
     inputs with head dims up to ``BWD_OPTS_MAX_D``; others start from all switches off).
     """
     bh, n, d = q.shape
-    if mode == "gluon_ws":  # Hopper, d 64, 16-bit: the warp-specialized Gluon dK/dV kernel; elsewhere tma
-        from workloads import flash_gluon_ws
-
-        ws_head_group = (opts or {}).get("HEAD_GROUP", flash_gluon_ws.HEAD_GROUP)  # its own launch order
-        if not flash_gluon_ws.supported(q, is_causal):
-            mode, dkdv_config = "tma", None
+    ws = _gluon_ws(q) if mode == "gluon_ws" else None
+    if mode == "gluon_ws" and ws is None:  # inputs the warp-specialized kernel does not take
+        mode, dkdv_config = "tma", None
     mode_id = BWD_MODES[mode]
     # dO may have any strides (``o.sum()`` gives an expanded one): the D kernel copies it and zeroes dQ's buffer
     do_c = do if do.is_contiguous() else torch.empty(do.shape, dtype=do.dtype, device=do.device)
@@ -739,19 +756,23 @@ def backward_kernels(
     )
     do = do_c
     dk, dv = torch.empty_like(k), torch.empty_like(v)
+    scale = 1.0 / math.sqrt(d)
+    if ws is not None:
+        head_group = (opts or {}).get("HEAD_GROUP", ws.HEAD_GROUP)  # its own launch order
+        ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, dkdv_config or ws.DEFAULT, head_group)
+        return dq.to(q.dtype), dk, dv
     plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
     tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32
     opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # TMA needs 16-byte aligned tiles
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q) and aligned
-    bm = dkdv_config[0] if dkdv_config and mode != "gluon_ws" else 16  # descriptors: block shapes set by _desc_hook
+    bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
     if mode_id == 2:
         dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [bm, d])
     if opts["QDO_TMA"]:
         q_desc = TensorDescriptor(q, [bh * n, d], [d, 1], [bm, d])
         do_desc = TensorDescriptor(do, [bh * n, d], [d, 1], [bm, d])
-    scale = 1.0 / math.sqrt(d)
 
     def grid_n(meta):
         return (triton.cdiv(n, meta["BLOCK_N"]) * bh,)
@@ -761,11 +782,7 @@ def backward_kernels(
 
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
-    if mode == "gluon_ws":
-        config = dkdv_config or flash_gluon_ws.DEFAULT
-        flash_gluon_ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, config, ws_head_group)
-    else:
-        _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
+    _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)
