@@ -111,3 +111,27 @@ def test_unsupported_lengths_fall_back_to_tma():
     got = backward_kernels(do, q, k, v, o, lse, True, "gluon_ws", (3, 128, 192, 96, 24, False, False))
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
+
+
+@pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
+def test_the_default_backward_under_torch_compile():
+    """fullgraph compile through the custom ops: the same gradients as eager, both through the warp-specialized kernel."""
+    import torch
+
+    from workloads.flash_triton import FlashAttention2Triton
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v = (
+        torch.randn(1, 4, 1024, 64, device="cuda", dtype=torch.bfloat16, generator=gen, requires_grad=True)
+        for _ in range(3)
+    )
+    compiled = torch.compile(
+        lambda a, b, c: FlashAttention2Triton.apply(a, b, c, True), backend="aot_eager", fullgraph=True
+    )
+    compiled(q, k, v).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    FlashAttention2Triton.apply(q, k, v, True).sum().backward()
+    for got, t in zip(grads, (q, k, v), strict=True):
+        torch.testing.assert_close(got, t.grad, atol=1e-2, rtol=0)  # dQ: fp32 sums in another order, then bf16
