@@ -1,3 +1,3 @@
-from profiler_kit.cli import cli
+from profiler_kit.cli import main
 
-cli(prog_name="profiler-kit")
+main()

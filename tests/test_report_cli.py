@@ -152,6 +152,35 @@ def test_python_dash_m_entry_point():
     assert out.returncode == 0 and "report" in out.stdout
 
 
+# main() as the console entry runs it, with an exit handler registered first and, optionally, a thread still running
+ENTRY = """
+import atexit, sys, threading, time
+atexit.register(lambda: print("exit handler ran", flush=True))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished", flush=True))).start()
+sys.argv = ["profiler-kit", *sys.argv[2:]]
+from profiler_kit.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("thread", ["none", "thread"])
+@pytest.mark.parametrize(("args", "code"), [(["--help"], 0), (["report", "missing.sqlite"], 2), (["no-such"], 2)])
+def test_the_console_entry_keeps_exit_codes_handlers_and_threads(tmp_path, thread, args, code):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", ENTRY, thread, *args], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert out.returncode == code, out.stderr
+    assert out.stdout.rstrip().endswith("exit handler ran")
+    assert ("thread finished" in out.stdout) == (thread == "thread")
+    if code == 2:
+        assert out.stderr.count("Error") == 1
+
+
 @requires_nsys
 @pytest.mark.skipif(not (SHARED_DATA / "nsys_rep").is_dir(), reason="shared data absent")
 def test_real_nsys_rep_is_exported_once_and_cached(tmp_path):
