@@ -265,9 +265,11 @@ def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Catego
 
 
 def _times(df: pd.DataFrame) -> pd.DataFrame:
+    """start_ns, end_ns (an unrecorded end: the start) and duration_ns; the read columns themselves where they serve."""
     df["start_ns"] = df["start"].astype("int64")
     end = df["end"].astype("int64")
-    df["end_ns"] = end.where(end != MISSING, df["start_ns"])
+    missing = end.to_numpy() == MISSING
+    df["end_ns"] = end.where(~missing, df["start_ns"]) if missing.any() else end  # usually no copy of 10M ends
     df["duration_ns"] = df["end_ns"] - df["start_ns"]
     return df
 
