@@ -76,6 +76,20 @@ def pid_of(global_id: pd.Series | np.ndarray) -> np.ndarray:
     return (np.asarray(global_id, dtype=np.int64) >> PID_SHIFT) & ID_MASK
 
 
+def pids_of(global_id: np.ndarray, missing: int | None = -1) -> np.ndarray:
+    """``pid_of`` for a whole column: ``missing`` where the id is MISSING (None: whatever ``pid_of`` makes of it).
+
+    One process (the usual case) gives a read-only view of its pid, not a fresh array of a million equal
+    values: the pid is the id's high bits, so the smallest and the largest id share it exactly when all do.
+    """
+    if len(global_id):
+        low, high = global_id.min(), global_id.max()
+        if (missing is None or low != MISSING) and pid_of(low) == pid_of(high):
+            return np.broadcast_to(pid_of(global_id[:1]), len(global_id))
+    pids = pid_of(global_id)
+    return pids if missing is None else np.where(global_id != MISSING, pids, missing)
+
+
 def tid_of(global_tid: pd.Series | np.ndarray) -> np.ndarray:
     """Thread id from an nsys globalTid (low 24 bits)."""
     return np.asarray(global_tid, dtype=np.int64) & ID_MASK
@@ -292,7 +306,7 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
         df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
         df["name"] = df["demangled_name"]
     gpid = df["globalPid"].to_numpy()
-    df["pid"] = np.where(gpid != MISSING, pid_of(gpid), -1)
+    df["pid"] = pids_of(gpid)
     if details:
         df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
     else:
@@ -324,7 +338,7 @@ def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
         if details
         else pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[""])
     )
-    return df.assign(name=name, pid=pid_of(gtid), tid=tid_of(gtid), correlation_id=df["correlationId"])
+    return df.assign(name=name, pid=pids_of(gtid, missing=None), tid=tid_of(gtid), correlation_id=df["correlationId"])
 
 
 def _memcpy_labels(exp: Export) -> dict[int, str]:
