@@ -46,9 +46,9 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
     memops = classify_memops(trace.memops).assign(is_kernel=False)
     parts = [p for p in (kernels, memops) if len(p)] or [kernels]
     ops = pd.DataFrame(
-        {c: np.concatenate([p[c].to_numpy() for p in parts]) for c in OP_COLUMNS if c != "name"}
+        {c: stacked([p[c].to_numpy() for p in parts]) for c in OP_COLUMNS if c != "name"}
         | {"is_kernel": np.concatenate([p["is_kernel"].to_numpy(dtype=bool) for p in parts])},
-        copy=False,  # fresh arrays: skip pandas' copy into one 2-D block
+        copy=False,  # fresh arrays (or views of one value): skip pandas' copy into one 2-D block
     )
     ops["name"] = union_categoricals([pd.Categorical(p["name"]) for p in parts])
     ops["subcategory"] = union_categoricals([pd.Categorical(p["subcategory"]) for p in parts])
@@ -61,9 +61,18 @@ def gpu_ops(trace: Trace) -> pd.DataFrame:
 def op_ids(trace: Trace) -> pd.DataFrame:
     """The pid and correlation id of each row of ``gpu_ops(trace)`` (all ``launches`` reads), without classifying."""
     parts = [p for p in (trace.kernels, trace.memops) if len(p)] or [trace.kernels]
-    return pd.DataFrame(
-        {c: np.concatenate([p[c].to_numpy() for p in parts]) for c in ("correlation_id", "pid")}, copy=False
-    )
+    return pd.DataFrame({c: stacked([p[c].to_numpy() for p in parts]) for c in ("correlation_id", "pid")}, copy=False)
+
+
+def stacked(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(arrays)``, or a read-only view of one value when all of them hold only that value
+    (one process's pid, one GPU's id): no fresh array of a million equal values. A column whose first and
+    last values differ (times, ids) is concatenated without a further look."""
+    filled = [a for a in arrays if len(a)]
+    if filled and all(a[0] == a[-1] == filled[0][0] for a in filled):
+        if all(a.strides == (0,) or (a == a[0]).all() for a in filled):
+            return np.broadcast_to(filled[0][:1], sum(len(a) for a in filled))
+    return np.concatenate(arrays)
 
 
 def busy_time_ns(ops: pd.DataFrame) -> int:

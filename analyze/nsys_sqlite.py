@@ -375,7 +375,7 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
             "streamId": "stream_id",
             "correlationId": "correlation_id",
         }
-    ).assign(pid=np.where(gpid != MISSING, pid_of(gpid), -1))
+    ).assign(pid=pids_of(gpid))
 
 
 def _nvtx_events(exp: Export) -> pd.DataFrame:
