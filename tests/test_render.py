@@ -41,7 +41,7 @@ def test_html_figure_is_plain_plotly_json_with_display_units():
 
     df = pd.DataFrame({"kernel": ["gemm", "</script>", "softmax"], "total_ns": [2_500_000, 1_000_000, float("nan")]})
     rep = Report("t", sections=[Section("s", figures=[Figure("Top", df, "bar", x="kernel", y="total_ns", key="top")])])
-    page = render_html(rep)
+    page = render_html(rep).decode("utf-8")
     assert page.count("Plotly.newPlot(") == 1 and '</script>"' not in page
     data = json.loads(re.search(r'Plotly\.newPlot\("[^"]+", (\[.*?\]), \{', page).group(1))
     assert data[0]["x"] == ["gemm", "</script>", "softmax"] and data[0]["y"] == [2.5, 1.0, None]
@@ -57,7 +57,7 @@ def test_html_is_the_same_bytes_each_time_with_unique_chart_ids():
     df = pd.DataFrame({"kernel": ["gemm", "softmax"], "total_ns": [2_000, 1_000]})
     fig = Figure("Top", df, "bar", x="kernel", y="total_ns", key="top")
     rep = Report("t", sections=[Section("a", figures=[fig, fig]), Section("b", sections=[Section("c", figures=[fig])])])
-    page = render_html(rep)
+    page = render_html(rep).decode("utf-8")
     ids = re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)
-    assert ids == ["chart-1", "chart-2", "chart-3"] and page == render_html(rep)
+    assert ids == ["chart-1", "chart-2", "chart-3"] and page == render_html(rep).decode("utf-8")
     assert page.count("window.PlotlyConfig") == 1  # plotly.js inlined once, with the first chart
