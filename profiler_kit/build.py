@@ -386,7 +386,8 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[T
         tables = analyze_trace(trace, REPORT_TABLES)
         ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
-        pids = ops["pid"].to_numpy()[is_kernel]
+        pid = ops["pid"].to_numpy()
+        pids = pid[is_kernel] if pid.strides != (0,) else pid[:0]  # a view of one pid: one process, no check
         if len(pids) and (pids != pids[0]).any():  # several processes launched kernels (no copy of ops otherwise)
             tables["ranks"] = summarize_rank_time(ops[is_kernel])
         results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, tables))
