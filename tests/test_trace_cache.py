@@ -46,6 +46,24 @@ def test_cached_read_gives_the_same_tables(export):
     assert not [p for p in export.parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
 
 
+def test_columns_of_one_value_live_in_the_manifest(export):
+    import json
+
+    import pyarrow as pa
+
+    direct = read_nsys_sqlite(export, details=False)
+    read(export)  # writes the cache
+    cached = read(export)  # reads it back
+    folder = trace_cache.cache_dir(export)
+    constant = json.loads((folder / "manifest.json").read_text())["constant"]
+    stored = pa.ipc.open_file(pa.memory_map(str(folder / "nvtx.arrow"))).schema.names
+    assert constant["nvtx"]["depth"] == -1 and "depth" not in stored  # not computed without details: all -1
+    for column, value in constant["nvtx"].items():
+        assert (direct.nvtx[column] == value).all()
+        assert cached.nvtx[column].to_numpy().strides == (0,)  # back as a view of the value
+    assert_same(direct, cached)
+
+
 def test_changed_export_is_read_again(export, monkeypatch):
     read(export)
     os.utime(export, ns=(1, 1))
