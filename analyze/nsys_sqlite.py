@@ -95,6 +95,13 @@ def tid_of(global_tid: pd.Series | np.ndarray) -> np.ndarray:
     return np.asarray(global_tid, dtype=np.int64) & ID_MASK
 
 
+def tids_of(global_tid: np.ndarray) -> np.ndarray:
+    """``tid_of`` for a whole column; one thread (every id the same) gives a read-only view of its tid."""
+    if len(global_tid) and global_tid.min() == global_tid.max():
+        return np.broadcast_to(tid_of(global_tid[:1]), len(global_tid))
+    return tid_of(global_tid)
+
+
 def with_unread_columns(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     """``df`` plus columns ``names`` holding only MISSING, as read-only views of one value.
 
@@ -338,7 +345,7 @@ def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
         if details
         else pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[""])
     )
-    return df.assign(name=name, pid=pids_of(gtid, missing=None), tid=tid_of(gtid), correlation_id=df["correlationId"])
+    return df.assign(name=name, pid=pids_of(gtid, missing=None), tid=tids_of(gtid), correlation_id=df["correlationId"])
 
 
 def _memcpy_labels(exp: Export) -> dict[int, str]:
