@@ -102,15 +102,20 @@ def tids_of(global_tid: np.ndarray) -> np.ndarray:
     return tid_of(global_tid)
 
 
+def with_columns(df: pd.DataFrame, columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``df`` plus new ``columns``, the arrays taken as they are: a read-only view of one value stays a view
+    (``assign`` and ``df[name] =`` copy it into a fresh array)."""
+    if not columns:
+        return df
+    return pd.concat([df, pd.DataFrame(columns, index=df.index, copy=False)], axis=1)
+
+
 def with_unread_columns(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     """``df`` plus columns ``names`` holding only MISSING, as read-only views of one value.
 
     Eight such columns on a million kernels would take 64 MiB as real arrays; views take none.
     """
-    if not names:
-        return df
-    missing = np.broadcast_to(np.int64(MISSING), len(df))
-    return pd.concat([df, pd.DataFrame(dict.fromkeys(names, missing), index=df.index, copy=False)], axis=1)
+    return with_columns(df, dict.fromkeys(names, np.broadcast_to(np.int64(MISSING), len(df))))
 
 
 class Export(Catalog):
@@ -312,8 +317,7 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
             raise no_name
         df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
         df["name"] = df["demangled_name"]
-    gpid = df["globalPid"].to_numpy()
-    df["pid"] = pids_of(gpid)
+    df = with_columns(df, {"pid": pids_of(df["globalPid"].to_numpy())})
     if details:
         df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
     else:
@@ -345,7 +349,8 @@ def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
         if details
         else pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[""])
     )
-    return df.assign(name=name, pid=pids_of(gtid, missing=None), tid=tids_of(gtid), correlation_id=df["correlationId"])
+    df = df.assign(name=name, correlation_id=df["correlationId"])
+    return with_columns(df, {"pid": pids_of(gtid, missing=None), "tid": tids_of(gtid)})
 
 
 def _memcpy_labels(exp: Export) -> dict[int, str]:

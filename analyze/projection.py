@@ -63,13 +63,18 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "op_row": op_rows.astype(np.int64, copy=False),
-            "pid": runtime["pid"].to_numpy()[rt_rows],
-            "tid": runtime["tid"].to_numpy()[rt_rows],
+            "pid": gather(runtime["pid"].to_numpy(), rt_rows),
+            "tid": gather(runtime["tid"].to_numpy(), rt_rows),
             "launch_start_ns": runtime["start_ns"].to_numpy()[rt_rows],
             "launch_end_ns": runtime["end_ns"].to_numpy()[rt_rows],
         },
-        copy=False,  # fresh arrays: skip pandas' copy into one 2-D block
+        copy=False,  # fresh arrays (or views of one value): skip pandas' copy into one 2-D block
     )
+
+
+def gather(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``values[rows]``; from a read-only view of one value (one process's pid), a view of it again."""
+    return np.broadcast_to(values[:1], len(rows)) if values.strides == (0,) and len(values) else values[rows]
 
 
 def first_row_of_key(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -154,7 +159,7 @@ def enclosed_launches(
         (ranges["pid"].to_numpy()[eligible], tid(ranges)[eligible]), (launch["pid"], launch["tid"])
     )
     # Launches by thread, each thread's by start (both sorts are stable: equal starts keep the ops' order).
-    if (launch_thread[1:] == launch_thread[:-1]).all():  # one thread (the usual case): the start alone is the key
+    if launch_thread.strides == (0,) or (launch_thread[1:] == launch_thread[:-1]).all():  # one thread (usual)
         order = np.argsort(launch["launch_start_ns"], kind="stable")  # launch_thread stays as is: all equal
     else:
         order = np.lexsort((launch["launch_start_ns"], launch_thread))
@@ -175,7 +180,7 @@ def enclosed_launches(
     ends_sorted = True  # within every thread: then the launches that end in time are a prefix of the slice
     for t, key in enumerate(threads):
         mine = slice(cut[t], cut[t + 1])
-        first, last = np.searchsorted(launch_thread, key, "left"), np.searchsorted(launch_thread, key, "right")
+        first, last = thread_bounds(launch_thread, key)
         by_start, by_end = np.argsort(start[mine], kind="stable"), np.argsort(end[mine], kind="stable")
         lo[mine] = first + search_in_order(launch_start[first:last], start[mine], "left", by_start)
         hi[mine] = first + search_in_order(launch_start[first:last], end[mine], "right", by_end)
@@ -190,6 +195,15 @@ def enclosed_launches(
         keep = launch_end[candidate] <= np.repeat(end, counts)
         pos, candidate = pos[keep], candidate[keep]
     return pos, launch_op[candidate]
+
+
+def thread_bounds(launch_thread: np.ndarray, key: int) -> tuple[int, int]:
+    """Where thread ``key``'s launches lie in the sorted ``launch_thread``; a view of one key needs no search
+    (searchsorted would first copy it into a fresh array)."""
+    if launch_thread.strides == (0,) and len(launch_thread):
+        n = len(launch_thread)
+        return (0, n) if key == launch_thread[0] else (0, 0) if key < launch_thread[0] else (n, n)
+    return np.searchsorted(launch_thread, key, "left"), np.searchsorted(launch_thread, key, "right")
 
 
 def search_in_order(values: np.ndarray, queries: np.ndarray, side: str, order: np.ndarray) -> np.ndarray:
@@ -232,11 +246,18 @@ def thread_keys(*tables: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
     """
     ids = [x for pair in tables for x in pair if len(x)]
     if all(x.min() >= 0 and x.max() < 2**31 for x in ids):
-        return [(pid.astype(np.int64) << 32) | tid for pid, tid in tables]
+        return [pack(pid, tid) for pid, tid in tables]
     pid_code, _ = pd.factorize(np.concatenate([pid for pid, _ in tables]))
     tid_code, tids = pd.factorize(np.concatenate([tid for _, tid in tables]))
     keys = pid_code.astype(np.int64) * len(tids) + tid_code
     return np.split(keys, np.cumsum([len(pid) for pid, _ in tables])[:-1])
+
+
+def pack(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """``pid << 32 | tid`` of ids below 2**31; of views of one pid and one tid, a view of their key."""
+    if len(pid) and pid.strides == tid.strides == (0,):
+        return np.broadcast_to((np.int64(pid[0]) << 32) | np.int64(tid[0]), len(pid))
+    return (pid.astype(np.int64) << 32) | tid
 
 
 def expand_slices(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ import pytest
 
 import analyze.projection as projection
 from analyze.intervals import interval_union
+from analyze.nsys_sqlite import with_columns
 from analyze.projection import enclosed_launches, first_row_by_sort, first_row_by_table, launches
 
 
@@ -80,6 +81,35 @@ def test_launches_with_correlation_ids_too_large_to_pack(processes):
     op_rows, runtime_rows = reference_launches(ops, runtime)
     assert got["op_row"].tolist() == op_rows and len(op_rows) > 100
     assert got["launch_start_ns"].tolist() == runtime["start_ns"].to_numpy()[runtime_rows].tolist()
+
+
+@pytest.mark.parametrize("range_tid", [10, 11])  # ranges on the launching thread, or on another one
+def test_one_process_and_thread_as_views_give_the_same_pairs(range_tid):
+    """The reader hands one process's pid and one thread's tid over as read-only views of one value;
+    ``launches`` keeps them views and ``enclosed_launches`` must pair exactly as with real arrays."""
+    rng = np.random.default_rng(3)
+    ops, runtime = random_trace(rng, processes=1)
+    ops["pid"], runtime["pid"], runtime["tid"] = 1, 1, 10
+    real = launches(ops, runtime)
+    n_ops, n_rt = len(ops), len(runtime)
+    viewed_ops = with_columns(ops.drop(columns="pid"), {"pid": np.broadcast_to(np.int64(1), n_ops)})
+    viewed_rt = with_columns(
+        runtime.drop(columns=["pid", "tid"]),
+        {"pid": np.broadcast_to(np.int64(1), n_rt), "tid": np.broadcast_to(np.int64(10), n_rt)},
+    )
+    viewed = launches(viewed_ops, viewed_rt)
+    assert viewed["pid"].to_numpy().strides == viewed["tid"].to_numpy().strides == (0,)
+    pd.testing.assert_frame_equal(viewed, real, check_exact=True)
+    start = rng.integers(0, 10_000, 30)
+    ranges = pd.DataFrame(
+        {"start_ns": start, "end_ns": start + rng.integers(0, 3_000, 30), "pid": 1, "tid": range_tid, "end_tid": -1}
+    )
+    for any_thread in (False, True):
+        want = enclosed_launches(ranges, real, any_thread)
+        got = enclosed_launches(ranges, viewed, any_thread)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+        other_thread = range_tid == 11 and not any_thread  # nsys's view: launches of the range's own thread only
+        assert len(want[0]) == 0 if other_thread else len(want[0]) > 50
 
 
 def reference_launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> tuple[list[int], list[int]]:
