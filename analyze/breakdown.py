@@ -483,16 +483,17 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
 
     ``tables`` names the ones to return (all of TABLES by default): a report skips the
     tables it never shows, such as range_kernels (0.1 s on a million kernels). A second
-    thread matches the ops to their launches (from their ids alone) while this one builds
-    and classifies the ops; then it builds the tables that need no (range, op) pair of all
-    ranges: those of the ops alone (``op_tables``), and the others (``summary_and_phase_tables``)
-    while this one projects every range. numpy and pandas release the GIL in their loops,
-    so with a second core free a big trace takes a third less time.
+    thread matches the ops to their launches (from their ids alone, waiting there for a
+    runtime table still being read) while this one builds and classifies the ops and sums
+    them up (``op_tables``); then it builds the tables that need no (range, op) pair of all
+    ranges (``summary_and_phase_tables``) while this one projects every range. numpy and
+    pandas release the GIL in their loops, so with a second core free a big trace takes a
+    third less time.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime))  # may wait for the runtime
         ops = gpu_ops(trace)
-        side_ops = pool.submit(op_tables, ops, tables)
+        op_summaries = op_tables(ops, tables)  # here: this thread would only wait for the launches
         launched = side_launches.result()
         slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
         side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
@@ -521,7 +522,7 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
             ),
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
-        out |= side_ops.result() | side.result()[0] | side_pairs.result()
+        out |= op_summaries | side.result()[0] | side_pairs.result()
     out |= {"ops": ops, "attributed": attributed, "projection": projection}
     return {name: out[name] for name in TABLES if name in tables}
 
