@@ -499,13 +499,10 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
 
-        # The kernel time per range, then the (range, kernel) and phase tables go to the second thread too,
-        # once its first jobs are done: they need only the pairs (and the phase windows), and the range
-        # tables below keep this thread busy.
+        # The kernel time per range, then the (range, kernel) tables go to the second thread too, once its
+        # first jobs are done: they need only the pairs, and the range tables below keep this thread busy.
         def pair_tables() -> dict[str, pd.DataFrame]:
-            _, phases, window = side.result()  # finished: the second thread ran it first (and the kernel time)
             summaries = {
-                "phases": lambda: summarize_phases(phases, attributed, window, side_kernel_time.result()),
                 "range_kernels": lambda: summarize_range_kernels(attributed),
                 "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
             }
@@ -515,11 +512,13 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side_pairs = pool.submit(pair_tables)
         projection = summarize_projection(trace.nvtx, attributed)
         kernel_time = side_kernel_time.result()
+        _, phases, window = side.result()  # done by now: the second thread ran it before the kernel time
         summaries = {  # each table, computed only when asked for
             "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
             "range_groups": lambda: summarize_ranges(
                 trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
             ),
+            "phases": lambda: summarize_phases(phases, attributed, window, kernel_time),
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
         out |= op_summaries | side.result()[0] | side_pairs.result()
