@@ -28,7 +28,7 @@ from analyze.projection import (
     sum_by,
     summarize_projection,
 )
-from analyze.tables import Trace
+from analyze.tables import Trace, one_value
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
 PROJECTED_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "correlation_id", "category", "is_kernel"]
@@ -69,9 +69,8 @@ def stacked(arrays: list[np.ndarray]) -> np.ndarray:
     (one process's pid, one GPU's id): no fresh array of a million equal values. A column whose first and
     last values differ (times, ids) is concatenated without a further look."""
     filled = [a for a in arrays if len(a)]
-    if filled and all(a[0] == a[-1] == filled[0][0] for a in filled):
-        if all(a.strides == (0,) or (a == a[0]).all() for a in filled):
-            return np.broadcast_to(filled[0][:1], sum(len(a) for a in filled))
+    if filled and all(a[0] == filled[0][0] for a in filled) and all(one_value(a) for a in filled):
+        return np.broadcast_to(filled[0][:1], sum(len(a) for a in filled))
     return np.concatenate(arrays)
 
 
@@ -512,7 +511,7 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side_pairs = pool.submit(pair_tables)
         projection = summarize_projection(trace.nvtx, attributed)
         kernel_time = side_kernel_time.result()
-        _, phases, window = side.result()  # done by now: the second thread ran it before the kernel time
+        side_tables, phases, window = side.result()  # done by now: the second thread ran it before the kernel time
         summaries = {  # each table, computed only when asked for
             "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
             "range_groups": lambda: summarize_ranges(
@@ -521,7 +520,7 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
             "phases": lambda: summarize_phases(phases, attributed, window, kernel_time),
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
-        out |= op_summaries | side.result()[0] | side_pairs.result()
+        out |= op_summaries | side_tables | side_pairs.result()
     out |= {"ops": ops, "attributed": attributed, "projection": projection}
     return {name: out[name] for name in TABLES if name in tables}
 

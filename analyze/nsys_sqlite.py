@@ -36,7 +36,7 @@ from analyze.nsys_schema import (
     fetch_integers,
     take_prefetched,
 )
-from analyze.tables import Trace
+from analyze.tables import Trace, with_columns
 
 SUPPORTED_SCHEMA_MAJOR = (2, 3)
 
@@ -100,14 +100,6 @@ def tids_of(global_tid: np.ndarray) -> np.ndarray:
     if len(global_tid) and global_tid.min() == global_tid.max():
         return np.broadcast_to(tid_of(global_tid[:1]), len(global_tid))
     return tid_of(global_tid)
-
-
-def with_columns(df: pd.DataFrame, columns: dict[str, np.ndarray]) -> pd.DataFrame:
-    """``df`` plus new ``columns``, the arrays taken as they are: a read-only view of one value stays a view
-    (``assign`` and ``df[name] =`` copy it into a fresh array)."""
-    if not columns:
-        return df
-    return pd.concat([df, pd.DataFrame(columns, index=df.index, copy=False)], axis=1)
 
 
 def with_unread_columns(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
@@ -379,15 +371,15 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
     if not parts:
         return None
     df = pd.concat(parts, ignore_index=True)
-    gpid = df["globalPid"].to_numpy()
-    return df.rename(
+    renamed = df.rename(
         columns={
             "bytes": "size_bytes",
             "deviceId": "device_id",
             "streamId": "stream_id",
             "correlationId": "correlation_id",
         }
-    ).assign(pid=pids_of(gpid))
+    )
+    return with_columns(renamed, {"pid": pids_of(df["globalPid"].to_numpy())})
 
 
 def _nvtx_events(exp: Export) -> pd.DataFrame:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.intervals import interval_union
+from analyze.tables import one_value, one_value_view
 
 # The (pid, correlation id) join looks ids up in a table when it would hold at most this many
 # slots per runtime row (16 int32 slots: 64 bytes, about a runtime row's own size); else it sorts.
@@ -74,7 +75,7 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
 
 def gather(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``values[rows]``; from a read-only view of one value (one process's pid), a view of it again."""
-    return np.broadcast_to(values[:1], len(rows)) if values.strides == (0,) and len(values) else values[rows]
+    return np.broadcast_to(values[:1], len(rows)) if one_value_view(values) else values[rows]
 
 
 def first_row_of_key(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -159,7 +160,7 @@ def enclosed_launches(
         (ranges["pid"].to_numpy()[eligible], tid(ranges)[eligible]), (launch["pid"], launch["tid"])
     )
     # Launches by thread, each thread's by start (both sorts are stable: equal starts keep the ops' order).
-    if launch_thread.strides == (0,) or (launch_thread[1:] == launch_thread[:-1]).all():  # one thread (usual)
+    if one_value(launch_thread):  # one thread (the usual case): the start alone is the key
         order = np.argsort(launch["launch_start_ns"], kind="stable")  # launch_thread stays as is: all equal
     else:
         order = np.lexsort((launch["launch_start_ns"], launch_thread))
@@ -200,7 +201,7 @@ def enclosed_launches(
 def thread_bounds(launch_thread: np.ndarray, key: int) -> tuple[int, int]:
     """Where thread ``key``'s launches lie in the sorted ``launch_thread``; a view of one key needs no search
     (searchsorted would first copy it into a fresh array)."""
-    if launch_thread.strides == (0,) and len(launch_thread):
+    if one_value_view(launch_thread):
         n = len(launch_thread)
         return (0, n) if key == launch_thread[0] else (0, 0) if key < launch_thread[0] else (n, n)
     return np.searchsorted(launch_thread, key, "left"), np.searchsorted(launch_thread, key, "right")
@@ -255,7 +256,7 @@ def thread_keys(*tables: tuple[np.ndarray, np.ndarray]) -> list[np.ndarray]:
 
 def pack(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """``pid << 32 | tid`` of ids below 2**31; of views of one pid and one tid, a view of their key."""
-    if len(pid) and pid.strides == tid.strides == (0,):
+    if one_value_view(pid) and one_value_view(tid):
         return np.broadcast_to((np.int64(pid[0]) << 32) | np.int64(tid[0]), len(pid))
     return (pid.astype(np.int64) << 32) | tid
 
@@ -456,7 +457,7 @@ def first_appearance_codes(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.
 
 def distinct_values(values: np.ndarray) -> np.ndarray:
     """``pd.unique(values)``, without hashing when every value is the same (one GPU or one process: the usual case)."""
-    return values[:1] if (values[1:] == values[:-1]).all() else pd.unique(values)
+    return values[:1] if one_value(values) else pd.unique(values)
 
 
 def smallest_int(n: int) -> type[np.signedinteger]:

@@ -12,6 +12,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 I64 = "int64"
@@ -98,6 +99,26 @@ SCHEMAS = {
     "gpus": GPUS,
     "threads": THREADS,
 }
+
+
+def one_value_view(values: np.ndarray) -> bool:
+    """A read-only view of one value (``np.broadcast_to``): how a column whose rows all hold one value (one
+    process's pid, one GPU, a field left unread) travels through readers and analyses, with no fresh array."""
+    return len(values) > 0 and values.strides == (0,)
+
+
+def one_value(values: np.ndarray) -> bool:
+    """Every value the same. A view of one value needs no look at its rows, and a column whose ends differ
+    (times, ids) no pass either."""
+    return len(values) > 0 and values[0] == values[-1] and (one_value_view(values) or bool((values == values[0]).all()))
+
+
+def with_columns(df: pd.DataFrame, columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``df`` plus new ``columns``, the arrays taken as they are: a view of one value stays a view
+    (``assign`` and ``df[name] =`` copy it into a fresh array)."""
+    if not columns:
+        return df
+    return pd.concat([df, pd.DataFrame(columns, index=df.index, copy=False)], axis=1)
 
 
 def empty(schema: dict[str, str]) -> pd.DataFrame:

@@ -111,10 +111,9 @@ def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Tra
 
 def _load(folder: Path, key: dict) -> Trace | None:
     import numpy as np
-    import pandas as pd
     import pyarrow as pa
 
-    from analyze.tables import SCHEMAS, Trace
+    from analyze.tables import SCHEMAS, Trace, with_columns
 
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
@@ -124,9 +123,8 @@ def _load(folder: Path, key: dict) -> Trace | None:
         for name in SCHEMAS:
             with pa.memory_map(str(folder / f"{name}.arrow")) as source:
                 df = pa.ipc.open_file(source).read_all().to_pandas(split_blocks=True)
-            constant = manifest["constant"][name]  # a column of one value: a read-only view of it
-            views = {c: np.broadcast_to(np.int64(v), len(df)) for c, v in constant.items()}
-            tables[name] = pd.concat([df, pd.DataFrame(views, index=df.index, copy=False)], axis=1) if views else df
+            constant = manifest["constant"][name]  # a column of one value: a view of it
+            tables[name] = with_columns(df, {c: np.broadcast_to(np.int64(v), len(df)) for c, v in constant.items()})
         return Trace(**tables, meta=manifest["meta"]).validated()
     except Exception:  # missing, partial or unreadable cache: read the export instead
         return None
@@ -142,24 +140,11 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
     import numpy as np
     import pyarrow as pa
 
-    from analyze.tables import SCHEMAS
+    from analyze.tables import SCHEMAS, one_value
 
     parent = folder.parent
     if not parent.stat().st_mode & 0o222:  # a folder marked read-only stays untouched, even for root
         return None
-
-    def one_value(values: np.ndarray) -> bool:
-        """Every value the same: a column left unread (MISSING), one process's pid, one GPU's id.
-
-        Such a column goes into the manifest as its value, not into the file. Views of one value
-        (the reader's) need no look at their rows; a column whose ends differ needs no pass either.
-        """
-        return (
-            len(values) > 0
-            and values[0] == values[-1]
-            and (values.strides == (0,) or bool((values == values[0]).all()))
-        )
-
     meta = dict(trace.meta)  # as read: a caller may relabel the source afterwards
 
     def arrow_tables() -> tuple[dict, dict]:
@@ -167,6 +152,7 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
         for name in SCHEMAS:
             df = getattr(trace, name)
             int64 = [c for c in df.columns if df[c].dtype == np.int64]
+            # a column of one value (unread, one process's pid, one GPU) goes into the manifest, not the file
             constant[name] = {c: int(df[c].iat[0]) for c in int64 if one_value(df[c].to_numpy())}
             # one thread: pyarrow's pool for a table of a few zero-copy columns costs more than it saves
             tables[name] = pa.Table.from_pandas(df.drop(columns=list(constant[name])), preserve_index=False, nthreads=1)

@@ -377,8 +377,10 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[T
     ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
     """
     from analyze.breakdown import analyze_trace
+    from analyze.projection import distinct_values
     from analyze.ranks import summarize_rank_time
     from analyze.sources import read_trace
+    from analyze.tables import one_value_view
 
     results = []
     for src in sources:
@@ -386,9 +388,8 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[T
         tables = analyze_trace(trace, REPORT_TABLES)
         ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
-        pid = ops["pid"].to_numpy()
-        pids = pid[is_kernel] if pid.strides != (0,) else pid[:0]  # a view of one pid: one process, no check
-        if len(pids) and (pids != pids[0]).any():  # several processes launched kernels (no copy of ops otherwise)
+        pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)
+        if not one_value_view(pid) and len(distinct_values(pid[is_kernel])) > 1:  # several processes launched kernels
             tables["ranks"] = summarize_rank_time(ops[is_kernel])
         results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, tables))
         if on_each:

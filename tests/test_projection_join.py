@@ -13,8 +13,8 @@ import pytest
 
 import analyze.projection as projection
 from analyze.intervals import interval_union
-from analyze.nsys_sqlite import with_columns
 from analyze.projection import enclosed_launches, first_row_by_sort, first_row_by_table, launches
+from analyze.tables import with_columns
 
 
 def reference_first_row(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
