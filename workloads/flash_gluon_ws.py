@@ -45,6 +45,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from workloads.flash_triton import _capability, _launch
+
 LOG2E = gl.constexpr(1.4426950408889634)
 KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns (two a program)
 BLOCK_M = 64  # query rows a tile
@@ -290,11 +292,6 @@ def supported(q: torch.Tensor) -> bool:
 
 
 @functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
-
-
-@functools.cache
 def _layout(block: tuple[int, ...], dtype: torch.dtype):
     gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
     return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
@@ -322,25 +319,17 @@ def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
 
-_COMPILED: dict[tuple, object] = {}  # launch key -> the kernel Triton compiled for it
-
-
 def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAULT, head_group=HEAD_GROUP):
     """Launch: dK, dV into ``dk``, ``dv``; each dQ share added into the zeroed fp32 ``dq``.
 
     Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 64)`` q, k, v, dO;
     ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
-    The first launch of a shape goes through Gluon's JIT; later ones call the kernel it compiled, skipping
-    the JIT's per-call Python (as ``flash_triton._launch`` does for the Triton kernels).
+    Launched as ``flash_triton`` launches its kernels (``_launch``): after the first launch of a shape,
+    the compiled kernel is called directly, without the JIT's per-call Python.
     """
     grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
-    key = (q.device.index, q.dtype, *(t.data_ptr() % 16 == 0 for t in (q, k, v, do, dq, dk, dv, lse, delta)))
-    key += (args[-1], consts, tuple(opts.items()))
-    compiled = _COMPILED.get(key)
-    if compiled is None:
-        _COMPILED[key] = _flash_ws_dkdv_kernel[grid](*args, *consts, **opts)
-    else:
-        compiled[grid + (1, 1)](*args, *consts)
+    names = _flash_ws_dkdv_kernel.arg_names[len(args) :]
+    _launch(_flash_ws_dkdv_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
 
 
 def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 16):

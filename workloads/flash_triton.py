@@ -599,7 +599,7 @@ def _launch_key(kernel, args: tuple, consts: dict) -> tuple:
     for a in args:
         if isinstance(a, torch.Tensor):
             parts.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif isinstance(a, TensorDescriptor):
+        elif hasattr(a, "base"):  # a TMA descriptor, Triton's or Gluon's
             parts.append((a.base.dtype, a.base.data_ptr() % 16 == 0, "desc"))
         else:
             parts.append(a if isinstance(a, int) else type(a))
