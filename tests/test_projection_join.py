@@ -1,7 +1,7 @@
 """The fast paths of the NVTX projection against plain reference implementations, on random tables.
 
-``launches`` joins through a lookup table when correlation ids are dense and through a
-sort otherwise; both must give the first runtime row of each (pid, correlation id).
+``launches`` joins through a binary search when runtime ids rise with the rows, a lookup
+table when they are dense and a sort otherwise; all must give the first runtime row of each (pid, correlation id).
 ``enclosed_launches`` must give the same pairs, in the same order, as a loop over ranges.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 import analyze.projection as projection
 from analyze.intervals import interval_union
-from analyze.projection import enclosed_launches, first_row_by_sort, first_row_by_table, launches
+from analyze.projection import enclosed_launches, first_row_by_search, first_row_by_sort, first_row_by_table, launches
 from analyze.tables import with_columns
 
 
@@ -34,6 +34,10 @@ def test_table_and_sort_join_agree_with_first_row_wins(id_range):
     assert (first_row_by_sort(keys, wanted) == expected).all()
     assert (first_row_by_table(keys, wanted, int(keys.max()) + 1) == expected).all()
     assert (projection.first_row_of_key(keys, wanted) == expected).all()
+    rising = np.sort(keys)  # ids in row order (one thread's calls): the search, duplicates included
+    expected = reference_first_row(rising, wanted)
+    assert (first_row_by_search(rising, wanted) == expected).all()
+    assert (projection.first_row_of_key(rising, wanted) == expected).all()
 
 
 def random_trace(rng: np.random.Generator, n_ops: int = 300, sparse: bool = False, processes: int = 2):
