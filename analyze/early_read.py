@@ -1,8 +1,8 @@
-"""A big export's kernel and runtime tables, read from its pages by a forked process while the report imports pandas.
+"""A big export's kernel, NVTX and runtime tables, read from its pages by a forked process while the report imports pandas.
 
 Why a process: the page reader (``analyze.sqlite_pages``) needs half the CPU of the ADBC driver,
 but it takes the GIL between its numpy steps, so on a thread beside the imports (which hold the
-GIL) it crawled. A forked process has a GIL of its own and reads both tables on the second core.
+GIL) it crawled. A forked process has a GIL of its own and reads the tables on the second core.
 
 The hand-over copies nothing: the child puts its arrays in an anonymous memory file
 (``os.memfd_create``) and the parent maps the same pages. That file has no name in any folder,
@@ -89,7 +89,10 @@ class Child:
 
     def __init__(self, pid: int, pipe: int, memfd: int, reads: list[IntegerRead]):
         self.pid, self.pipe, self.memfd, self.reads = pid, pipe, memfd, reads
-        self.lock = threading.Lock()  # the reader asks for the kernel and runtime tables on two threads
+        # The reader asks for the tables on several threads. One at a time reads the pipe, without the lock:
+        # a thread waiting for the runtime table must not hold up one whose NVTX table has come.
+        self.arrived = threading.Condition()
+        self.receiving = False
         self.received = b""
         self.delivered: dict[int, dict | None] = {}
         self.pending = set(range(len(reads)))
@@ -97,21 +100,38 @@ class Child:
     def columns(self, read: IntegerRead) -> tuple[bool, dict | None]:
         """Whether the child answered for ``read`` (waiting for it), and the source columns it read (None: declined)."""
         index = self.reads.index(read)
-        with self.lock:
+        with self.arrived:
             while index in self.pending and self.pipe >= 0:
-                self._receive()
+                if self.receiving:  # another thread reads the pipe: it tells when lines have come
+                    self.arrived.wait()
+                    continue
+                self.receiving = True
+                self.arrived.release()
+                try:
+                    chunk = self._read_pipe()
+                finally:
+                    self.arrived.acquire()
+                    self.receiving = False
+                self._receive(chunk)
+                self.arrived.notify_all()
             self.pending.discard(index)
             if not self.pending:
                 self._close_files()
             return index in self.delivered, self.delivered.pop(index, None)
 
-    def _receive(self) -> None:
-        """Take the lines the child has written so far; at its end (or anything odd) no more come."""
+    def _read_pipe(self) -> bytes:
+        """What the child has written since, waiting for it; b"" at its end or on any error."""
         try:
-            chunk = os.read(self.pipe, 1 << 16)
-            if not chunk:
-                self._close_files()
-                return
+            return os.read(self.pipe, 1 << 16)
+        except OSError:
+            return b""
+
+    def _receive(self, chunk: bytes) -> None:
+        """Take the lines of ``chunk``; at the child's end (empty) or anything odd no more come."""
+        if not chunk:
+            self._close_files()
+            return
+        try:
             *lines, self.received = (self.received + chunk).split(b"\n")
             for line in lines:
                 index, where = json.loads(line)
@@ -149,7 +169,9 @@ class Child:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
             self.pid = 0
-        with self.lock:
+        with self.arrived:
+            # A thread still in its read of the pipe has the child's end by now: let it finish with the pipe.
+            self.arrived.wait_for(lambda: not self.receiving, timeout=5)
             self._close_files()
 
 

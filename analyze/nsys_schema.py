@@ -42,6 +42,7 @@ RUNTIME_LEAN_COLUMNS = (("start", "end"), ("globalTid", "correlationId"))
 MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMOP_TABLES = {"CUPTI_ACTIVITY_KIND_MEMCPY": MEMCPY_COLUMNS, "CUPTI_ACTIVITY_KIND_MEMSET": MEMSET_COLUMNS}
+NVTX_TABLE = "NVTX_EVENTS"
 NVTX_COLUMNS = (("start", "eventType"), ("end", "textId", "globalTid", "endGlobalTid", "domainId"))  # and text
 
 COLUMNAR_BATCH_ROWS = 1 << 24  # rows per Arrow batch of an ADBC read (buffers grow as rows come, none preallocated)
@@ -194,11 +195,21 @@ class Catalog:
         """The read of the runtime table that a report makes (``read_nsys_sqlite(details=False)``)."""
         return self.integer_read(RUNTIME_TABLE, RUNTIME_LEAN_COLUMNS)
 
+    def nvtx_read(self) -> IntegerRead:
+        """The read of the NVTX table's integer columns, every row (``read_nvtx`` filters them; the text comes apart)."""
+        return self.integer_read(NVTX_TABLE, NVTX_COLUMNS)
+
     def close(self):
         self.conn.close()
 
 
-LEAN_READS = {KERNEL_TABLE: Catalog.lean_kernel_read, RUNTIME_TABLE: Catalog.lean_runtime_read}
+# The reads a report makes, in the order it needs them: the kernels first, then the NVTX ranges, then the
+# runtime calls (only the launch join waits for those).
+LEAN_READS = {
+    KERNEL_TABLE: Catalog.lean_kernel_read,
+    NVTX_TABLE: Catalog.nvtx_read,
+    RUNTIME_TABLE: Catalog.lean_runtime_read,
+}
 
 
 def _coalesce_sql(columns: tuple[str, ...]) -> str:
@@ -288,9 +299,9 @@ _prefetch_pool: ThreadPoolExecutor | None = None
 
 
 def prefetch(path: Path) -> None:
-    """Start reading an export's kernel and runtime tables as a report will, while it imports pandas.
+    """Start reading an export's kernel, NVTX and runtime tables as a report will, while it imports pandas.
 
-    Before pandas is imported, on Linux, a forked process reads both from the pages (``analyze.early_read``):
+    Before pandas is imported, on Linux, a forked process reads them from the pages (``analyze.early_read``):
     it has the second core while the imports hold this one, and the page reader needs half the CPU of the
     ADBC driver (150-copy export, whole report without cache, medians of 15 alternating runs on a 2-core VM:
     1.18 s; 1.38 s before, with the kernel table through the driver on a thread). Elsewhere, or where pandas

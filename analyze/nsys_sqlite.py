@@ -27,12 +27,12 @@ from analyze.nsys_schema import (
     MEMOP_TABLES,
     META_TABLES,
     MISSING,
-    NVTX_COLUMNS,
     RUNTIME_COLUMNS,
     RUNTIME_TABLE,
     Catalog,
     IntegerRead,
     adbc_sqlite,
+    fetch_arrow,
     fetch_integers,
     take_prefetched,
 )
@@ -382,22 +382,28 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
     return with_columns(renamed, {"pid": pids_of(df["globalPid"].to_numpy())})
 
 
-def _nvtx_events(exp: Export) -> pd.DataFrame:
-    """NVTX range and domain rows: integer columns (MISSING for NULL) and ``text`` (str or None).
+def _nvtx_text(exp: Export, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each NVTX_EVENTS row's ``text`` as a code into the distinct texts (-1: NULL), rows in rowid order.
 
-    With the ADBC driver the integers come columnar and the text as bytes, decoded once per
-    distinct value (invalid UTF-8 replaced, as sqlite3's text factory does): a third of the
-    time of 77k rows through Python tuples.
+    Through the ADBC driver Arrow dictionary-encodes the column and only the distinct values become
+    Python strings (77k rows of 8 texts: 3 ms, where a Python object a row took 15); invalid UTF-8
+    is replaced, as sqlite3's text factory does. The integer columns are read apart (``nvtx_read``),
+    from the pages where they are plain, so this query selects the text alone.
     """
-    table = "NVTX_EVENTS"
-    types = ",".join(str(t) for t in (*NVTX_RANGE_STYLE, NVTX_DOMAIN_CREATE))
-    where = f"WHERE eventType IN ({types})"
-    text = 'CAST("text" AS BLOB)' if "text" in exp.columns[table] else "NULL"
-    df = exp.select(table, NVTX_COLUMNS, where=where, raw={"text": text})
-    codes, uniq = pd.factorize(df["text"].to_numpy(dtype=object), use_na_sentinel=True)
-    decoded = np.array([_text(v) for v in uniq] + [None], dtype=object)
-    df["text"] = decoded[codes]  # code -1 (NULL) takes the trailing None
-    return df
+    if "text" not in exp.columns["NVTX_EVENTS"]:
+        return np.full(rows, -1, dtype=np.int64), np.empty(0, dtype=object)
+    sql = 'SELECT CAST("text" AS BLOB) AS text FROM NVTX_EVENTS ORDER BY rowid'
+    if adbc_sqlite() is None:
+        codes, uniq = pd.factorize(exp.query(sql)["text"].to_numpy(dtype=object), use_na_sentinel=True)
+    else:
+        try:
+            column = fetch_arrow(exp.path, sql).column("text").combine_chunks().dictionary_encode()
+        except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
+            raise InputError(f"{exp.path}: corrupt or truncated SQLite file ({str(err).splitlines()[0]})") from None
+        codes, uniq = column.indices.fill_null(-1).to_numpy().astype(np.int64), column.dictionary.to_pylist()
+    if len(codes) != rows:  # the two reads saw different rows: the file changed between them
+        raise InputError(f"{exp.path}: NVTX_EVENTS changed while it was read")
+    return codes, np.array([_text(v) for v in uniq], dtype=object)
 
 
 def _integer_like(value) -> bool:
@@ -425,39 +431,83 @@ def _text(value) -> str:
 def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId).
 
-    Without ``details`` the nesting depth is not computed (left -1).
+    Names are handled as codes into the distinct labels (a few, or a few thousand with emit_nvtx),
+    never as a string a row. Without ``details`` the nesting depth is not computed (left -1).
     """
-    df = _nvtx_events(exp)
-    if df.empty:
+    df = exp.read(exp.nvtx_read())
+    text_codes, texts = _nvtx_text(exp, len(df))
+    event = df["eventType"].to_numpy()
+    is_range = np.isin(event, list(NVTX_RANGE_STYLE))
+    if not is_range.any():
         return None
-    gtid = df["globalTid"].where(df["globalTid"] != MISSING, 0)
-    df["pid"], df["tid"] = pid_of(gtid), tid_of(gtid)
-    text_id = df["textId"]
-    name_from_id = text_id.map(strings).where(text_id != MISSING) if (text_id != MISSING).any() else None
-    label = df["text"] if name_from_id is None else name_from_id.where(name_from_id.notna(), df["text"])
-    df["label"] = label.fillna("").astype(str)
-    domain_id = df["domainId"].clip(lower=0)  # no domain (NULL) is the default domain 0
-    # Domains are created per process: key (pid, domainId) -> first name given.
-    created = df[df["eventType"] == NVTX_DOMAIN_CREATE].assign(domain_id=domain_id).sort_values("start")
-    domains = created.drop_duplicates(["pid", "domain_id"]).set_index(["pid", "domain_id"])["label"]
-    ranges = df[df["eventType"] != NVTX_DOMAIN_CREATE].copy()
-    key = pd.MultiIndex.from_arrays([ranges["pid"], domain_id[ranges.index]])
-    ranges["domain"] = domains.reindex(key).fillna("").to_numpy() if len(domains) else ""
+    gtid = df["globalTid"].to_numpy()
+    gtid = np.where(gtid != MISSING, gtid, 0)
+    label_codes, labels = _nvtx_label_codes(df["textId"].to_numpy(), text_codes, texts, strings)
+    rows = np.flatnonzero(is_range)
+    ranges = pd.DataFrame({"pid": pid_of(gtid[rows]), "tid": tid_of(gtid[rows])})
+    ranges["domain"] = _nvtx_domains(df, event, gtid, label_codes, labels, rows)
     # An unclosed range ends at the last NVTX timestamp, as nsys's reports take it.
-    last = max(int(df["start"].max()), int(df["end"].max()), 0)
-    ranges["end"] = ranges["end"].where(ranges["end"] != MISSING, last)
+    start, end = df["start"].to_numpy(), df["end"].to_numpy()
+    last = max(int(start.max()), int(end.max()), 0)
+    ranges["start"], ranges["end"] = start[rows], np.where(end[rows] != MISSING, end[rows], last)
     ranges = _times(ranges)
-    end_gtid = ranges["endGlobalTid"].to_numpy()
+    end_gtid = df["endGlobalTid"].to_numpy()[rows]
     ranges["end_tid"] = np.where(end_gtid != MISSING, tid_of(end_gtid), -1)
-    ranges["style"] = ranges["eventType"].map(NVTX_RANGE_STYLE)
-    ranges["name"] = ranges["label"].astype("category")
-    ranges["domain"] = ranges["domain"].astype("category")
-    push_pop = (ranges["style"] == "push_pop").to_numpy()
+    style = pd.Series(event[rows]).map(NVTX_RANGE_STYLE)
+    ranges["style"] = style.astype("category")
+    ranges["name"] = _used_categories(label_codes[rows], labels)
+    push_pop = (style == "push_pop").to_numpy()
     depth = np.full(len(ranges), -1, dtype=np.int64)  # start/end ranges need not nest
     if details:
         depth[push_pop] = nesting_depth(ranges[push_pop])
     ranges["depth"] = depth
     return ranges
+
+
+def _nvtx_label_codes(
+    text_id: np.ndarray, text_codes: np.ndarray, texts: np.ndarray, strings: pd.Series
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's name as a code into distinct labels: the string of its textId where that is known, else its
+    text, else "" (as nsys names a range)."""
+    labels = np.append(texts, "")  # code len(texts): no text
+    codes = np.where(text_codes >= 0, text_codes, len(texts))
+    has_id = text_id != MISSING
+    if has_id.any():  # the ids' strings follow as further labels
+        ids = pd.Index(pd.unique(text_id[has_id]))
+        named = strings.reindex(ids)
+        id_codes = np.where(named.notna().to_numpy(), len(labels) + np.arange(len(ids)), -1)  # -1: no string
+        by_row = np.full(len(text_id), -1, dtype=np.int64)
+        by_row[has_id] = id_codes[ids.get_indexer(text_id[has_id])]
+        codes = np.where(by_row >= 0, by_row, codes)
+        labels = np.concatenate([labels, named.fillna("").astype(str).to_numpy(dtype=object)])
+    return codes, labels
+
+
+def _nvtx_domains(
+    df: pd.DataFrame, event: np.ndarray, gtid: np.ndarray, label_codes: np.ndarray, labels: np.ndarray, rows
+) -> pd.Categorical:
+    """The domain name of each range ``rows``: its process's first DomainCreate of the range's domainId
+    ("" for the default domain 0, NULL, or a domain never named). Domains are created per process."""
+    created = np.flatnonzero(event == NVTX_DOMAIN_CREATE)
+    if not len(created):
+        return pd.Categorical.from_codes(np.zeros(len(rows), dtype=np.int8), categories=[""])
+    domain_id = df["domainId"].to_numpy().clip(min=0)  # no domain (NULL) is the default domain 0
+    pid = pid_of(gtid)
+    first = created[np.argsort(df["start"].to_numpy()[created], kind="stable")]
+    names = pd.Series(labels[label_codes[first]], index=pd.MultiIndex.from_arrays([pid[first], domain_id[first]]))
+    names = names[~names.index.duplicated()]
+    key = pd.MultiIndex.from_arrays([pid[rows], domain_id[rows]])
+    return pd.Categorical(names.reindex(key).fillna("").to_numpy(dtype=object).astype(str))
+
+
+def _used_categories(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
+    """A categorical of ``labels[codes]`` with the distinct labels used, sorted (as ``astype("category")``)."""
+    used = np.zeros(len(labels), dtype=bool)
+    used[codes] = True
+    names, first = np.unique(labels[used].astype(str), return_inverse=True)
+    renumber = np.full(len(labels), -1, dtype=np.int64)
+    renumber[np.flatnonzero(used)] = first
+    return pd.Categorical.from_codes(renumber[codes], categories=pd.Index(names))
 
 
 def read_gpus(exp: Export) -> pd.DataFrame | None:

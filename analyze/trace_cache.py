@@ -70,7 +70,7 @@ def cache_key(path: Path, variant: str) -> dict:
 
 
 def prefetch_uncached(path: Path, cache: bool = True) -> None:
-    """Start reading a big nsys export's kernel and runtime tables now (``nsys_schema.prefetch``), unless a
+    """Start reading a big nsys export's kernel, NVTX and runtime tables now (``nsys_schema.prefetch``), unless a
     cache folder beside it will serve the report instead (``cache``: whether the report may use one).
 
     Called before the report imports pandas: the reads (in a forked process, or on a thread without the GIL)

@@ -1,4 +1,4 @@
-"""The early read (``analyze.early_read``): a forked process reads the kernel and runtime tables from the pages.
+"""The early read (``analyze.early_read``): a forked process reads the kernel, NVTX and runtime tables from the pages.
 
 Each check runs in a fresh interpreter, as the CLI does: the early read starts only before pandas is
 imported and without other threads. The tables must equal the normal read's, any failure must fall back
@@ -96,7 +96,7 @@ def test_early_read_gives_the_tables_of_the_normal_read(path):
     out = _python(COMPARE, str(path), "keep")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    expected = sorted({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"} & _tables(path))
+    expected = sorted({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"} & _tables(path))
     assert result["early"] == expected  # every activity table of these exports is the plain case
     assert result["fallbacks"] == []  # the child read them all
     assert result["alive"] == []
@@ -199,3 +199,30 @@ def test_nothing_starts_where_a_fork_is_not_safe(monkeypatch):
         stop.set()
         other.join()
     assert early_read.start([]) == {}
+
+
+def test_a_table_that_has_come_is_not_held_up_by_a_wait_for_a_later_one():
+    """The reader asks for the runtime table on one thread and for the NVTX table on another: the NVTX
+    table, delivered first, must come back at once, not when the runtime table does."""
+    pipe, to_parent = os.pipe()
+    memfd = os.memfd_create("test-early-read")
+    reads = ["kernels", "nvtx", "runtime"]  # Child only looks a read up in this list
+    child = early_read.Child(0, pipe, memfd, reads)  # pid 0: no process to stop
+    later: dict[str, tuple] = {}
+    waiter = threading.Thread(target=lambda: later.update(runtime=child.columns("runtime")))
+    waiter.start()
+    try:
+        os.write(to_parent, b"[0, null]\n[1, null]\n")  # the kernel and NVTX tables, declined
+        answered = threading.Event()
+        asker = threading.Thread(target=lambda: (later.update(nvtx=child.columns("nvtx")), answered.set()))
+        asker.start()
+        assert answered.wait(10), "the NVTX table waited for the runtime table"
+        assert later["nvtx"] == (True, None) and waiter.is_alive()
+        os.write(to_parent, b"[2, null]\n")
+        waiter.join(10)
+        assert later["runtime"] == (True, None)
+        assert child.columns("kernels") == (True, None)
+    finally:
+        os.close(to_parent)
+        waiter.join(10)
+        child.stop()
