@@ -271,7 +271,9 @@ def output_columns(read: IntegerRead, columns: dict) -> dict:
     for name, cols in read.sources:
         value = columns[cols[0]] if cols else np.full(rows, MISSING, dtype=np.int64)
         for other in cols[1:]:
-            value = np.where(value != MISSING, value, columns[other])
+            missing = value == MISSING
+            if missing.any():  # else the column as it is: no fresh copy of a million names
+                value = np.where(missing, columns[other], value)
         out[name] = value
     return out
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import analyze.tables as tables
 from analyze.breakdown import TABLES, analyze_trace
 from analyze.errors import InputError
 from analyze.sources import Source, read_trace
@@ -75,3 +76,14 @@ def test_a_failed_read_raises_where_its_table_is_used():
         _ = trace.runtime
     with pytest.raises(AttributeError):
         _ = trace.no_such_table
+
+
+@pytest.mark.parametrize("name", [*SCHEMAS, "MEMORY_EVENTS", "MEMORY_SEGMENTS", "MEMORY_BLOCKS", "MEMORY_STACKS"])
+def test_an_empty_table_is_what_validate_makes_of_no_rows(name):
+    """``empty`` builds its columns directly; they must be the dtypes ``validate`` gives (categories included)."""
+    schema = SCHEMAS.get(name) or getattr(tables, name)
+    made, validated = tables.empty(schema), tables.validate(pd.DataFrame({c: [] for c in schema}), schema)
+    pd.testing.assert_frame_equal(made, validated, check_exact=True)
+    for column, dtype in schema.items():
+        if dtype == tables.CAT:
+            assert made[column].cat.categories.dtype == validated[column].cat.categories.dtype
