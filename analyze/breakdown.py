@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -498,8 +498,9 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
 
-        # The kernel time per range, then the (range, kernel) tables go to the second thread too, once its
-        # first jobs are done: they need only the pairs, and the range tables below keep this thread busy.
+        # The kernel time per range, then the (range, kernel) tables: queued for the second thread after its
+        # first jobs, and taken back by this one when it gets to them first (a job not started is cancelled and
+        # run here). Which thread is free first depends on the trace and on the machine.
         def pair_tables() -> dict[str, pd.DataFrame]:
             summaries = {
                 "range_kernels": lambda: summarize_range_kernels(attributed),
@@ -510,19 +511,28 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
         side_pairs = pool.submit(pair_tables)
         projection = summarize_projection(trace.nvtx, attributed)
-        kernel_time = side_kernel_time.result()
-        side_tables, phases, window = side.result()  # done by now: the second thread ran it before the kernel time
+        kernel_time = taken_back(side_kernel_time, range_kernel_time, trace.nvtx, attributed)
+
+        def phase_table() -> pd.DataFrame:
+            _, phases, window = side.result()  # asked for last: the second thread has mostly finished it
+            return summarize_phases(phases, attributed, window, kernel_time)
+
         summaries = {  # each table, computed only when asked for
             "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
             "range_groups": lambda: summarize_ranges(
                 trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
             ),
-            "phases": lambda: summarize_phases(phases, attributed, window, kernel_time),
+            "phases": phase_table,
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
-        out |= op_summaries | side_tables | side_pairs.result()
+        out |= op_summaries | side.result()[0] | taken_back(side_pairs, pair_tables)
     out |= {"ops": ops, "attributed": attributed, "projection": projection}
     return {name: out[name] for name in TABLES if name in tables}
+
+
+def taken_back(queued: Future, fn, *args):
+    """The result of ``queued`` (``fn(*args)`` submitted to a pool): run here if it has not started, else waited for."""
+    return fn(*args) if queued.cancel() else queued.result()
 
 
 def op_tables(ops: pd.DataFrame, tables: Collection[str] = TABLES) -> dict[str, pd.DataFrame]:

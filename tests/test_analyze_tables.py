@@ -87,3 +87,18 @@ def test_an_empty_table_is_what_validate_makes_of_no_rows(name):
     for column, dtype in schema.items():
         if dtype == tables.CAT:
             assert made[column].cat.categories.dtype == validated[column].cat.categories.dtype
+
+
+def test_a_queued_job_is_taken_back_when_not_started_else_waited_for():
+    from analyze.breakdown import taken_back
+
+    release = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        busy = pool.submit(release.wait, 10)  # the pool's one thread is busy
+        queued = pool.submit(threading.get_ident)
+        assert taken_back(queued, threading.get_ident) == threading.get_ident()  # run here
+        release.set()
+        busy.result()
+        started = pool.submit(lambda: (time.sleep(0.2), threading.get_ident())[1])
+        time.sleep(0.05)  # it has started on the pool's thread: waited for, not run again
+        assert taken_back(started, threading.get_ident) != threading.get_ident()
