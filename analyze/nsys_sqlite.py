@@ -145,7 +145,7 @@ class Export(Catalog):
             early = take_prefetched(read)
             got = early.result() if early is not None else fetch_integers(read)
         except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
-            raise InputError(f"{self.path}: corrupt or truncated SQLite file ({str(err).splitlines()[0]})") from None
+            raise self.corrupt(err) from None
         if got is None:
             df = self.query(read.sql)
         elif isinstance(got, dict):
@@ -153,6 +153,10 @@ class Export(Catalog):
         else:
             df = got.to_pandas(split_blocks=True, self_destruct=True)  # frees Arrow buffers as columns convert
         return self._integers(df, read.table, [name for name, _ in read.sources])
+
+    def corrupt(self, err: Exception) -> InputError:
+        """The one-line error for a read the SQLite driver failed: the first line of its message."""
+        return InputError(f"{self.path}: corrupt or truncated SQLite file ({str(err).splitlines()[0]})")
 
     def _integers(self, df: pd.DataFrame, table: str, names: list[str]) -> pd.DataFrame:
         """``df`` with columns ``names`` as int64, or InputError naming the first value that is not an integer.
@@ -399,7 +403,7 @@ def _nvtx_text(exp: Export, rows: int) -> tuple[np.ndarray, np.ndarray]:
         try:
             column = fetch_arrow(exp.path, sql).column("text").combine_chunks().dictionary_encode()
         except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
-            raise InputError(f"{exp.path}: corrupt or truncated SQLite file ({str(err).splitlines()[0]})") from None
+            raise exp.corrupt(err) from None
         codes, uniq = column.indices.fill_null(-1).to_numpy().astype(np.int64), column.dictionary.to_pylist()
     if len(codes) != rows:  # the two reads saw different rows: the file changed between them
         raise InputError(f"{exp.path}: NVTX_EVENTS changed while it was read")
