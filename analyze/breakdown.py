@@ -498,9 +498,11 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
 
-        # The kernel time per range, then the (range, kernel) tables: queued for the second thread after its
+        # The (range, kernel) tables, then the kernel time per range: queued for the second thread after its
         # first jobs, and taken back by this one when it gets to them first (a job not started is cancelled and
-        # run here). Which thread is free first depends on the trace and on the machine.
+        # run here). Which thread is free first depends on the trace and on the machine. The longer job goes
+        # first: this thread takes the shorter one back, and neither waits long for the other at the end
+        # (the other order left this one idle for 0.05 s of a 1.1M-kernel report).
         def pair_tables() -> dict[str, pd.DataFrame]:
             summaries = {
                 "range_kernels": lambda: summarize_range_kernels(attributed),
@@ -508,8 +510,8 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
             }
             return {name: summarize() for name, summarize in summaries.items() if name in tables}
 
-        side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
         side_pairs = pool.submit(pair_tables)
+        side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
         projection = summarize_projection(trace.nvtx, attributed)
         kernel_time = taken_back(side_kernel_time, range_kernel_time, trace.nvtx, attributed)
 
