@@ -1,0 +1,41 @@
+"""analyze.heap: after keep_freed_memory, arrays freed by a report are reused without new page faults."""
+
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt tuning applies to glibc only")
+
+SCRIPT = """
+import resource, sys
+import numpy as np
+from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
+if sys.argv[1] == "keep":
+    keep_freed_memory(1 << 30, LARGEST_HEAP_BLOCK)
+def faults_of_fresh_arrays():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    arrays = [np.ones(1 << 20) for _ in range(4)]  # 8 MiB each: 2048 pages of 4 KiB
+    del arrays
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(*[faults_of_fresh_arrays() for _ in range(3)])
+"""
+
+
+def fault_counts(mode: str) -> list[int]:
+    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True, cwd=ROOT)
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_freed_arrays_are_reused_without_faults():
+    first, *again = fault_counts("keep")
+    assert first >= 1024  # the first arrays are new memory
+    assert max(again) < 100  # the same arrays again: the freed memory, kept
+
+
+def test_default_malloc_faults_them_in_again():
+    """What the tuning is for: by default the freed arrays go back to the system and come back as new pages."""
+    assert max(fault_counts("default")[1:]) >= 1024
