@@ -10,6 +10,7 @@ Where there is no glibc (macOS, Windows, musl), nothing changes.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 M_TRIM_THRESHOLD = -1  # mallopt parameters (glibc's malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -22,6 +23,8 @@ def keep_freed_memory(kept_bytes: int, heap_blocks_up_to: int | None = None) -> 
     Setting the second fixes glibc's threshold for mapping a block on its own (it would otherwise rise
     by itself only once a big block has been freed, after the first arrays were mapped and unmapped).
     """
+    if not sys.platform.startswith("linux"):  # mallopt is glibc's (musl has a stub that ignores it)
+        return
     import ctypes  # numpy imports it too
 
     with contextlib.suppress(OSError, AttributeError):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt tuning applies to glibc only")
+glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt tuning applies to glibc only")
 
 SCRIPT = """
 import resource, sys
@@ -30,12 +30,28 @@ def fault_counts(mode: str) -> list[int]:
     return [int(x) for x in out.stdout.split()]
 
 
+@glibc
 def test_freed_arrays_are_reused_without_faults():
     first, *again = fault_counts("keep")
     assert first >= 1024  # the first arrays are new memory
     assert max(again) < 100  # the same arrays again: the freed memory, kept
 
 
+@glibc
 def test_default_malloc_faults_them_in_again():
     """What the tuning is for: by default the freed arrays go back to the system and come back as new pages."""
     assert max(fault_counts("default")[1:]) >= 1024
+
+
+def test_elsewhere_nothing_is_called(monkeypatch):
+    """On macOS or Windows (no glibc; ctypes.CDLL(None) fails on Windows) the tuning returns quietly."""
+    import ctypes
+
+    from analyze import heap
+
+    def no_library(*args, **kwargs):
+        raise AssertionError("a C library was loaded")
+
+    monkeypatch.setattr(heap.sys, "platform", "win32")
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    heap.keep_freed_memory(1 << 30, heap.LARGEST_HEAP_BLOCK)
