@@ -98,12 +98,12 @@ def count_unique(values: np.ndarray) -> int:
     return len(distinct_values(values)) if values.dtype.kind in "iu" else int(pd.Series(values).nunique())
 
 
-def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | None = None) -> pd.DataFrame:
+def summarize_trace(trace: Trace, ops: pd.DataFrame, launched_ops: int = -1) -> pd.DataFrame:
     """One-row overview: GPUs, profiled span, kernel count and times, busy fraction.
 
     Span runs from the first to the last GPU op (or CPU range when no GPU op ran).
-    ``launched_ops`` counts the ops matched to their launching CPU call (``launches()``):
-    only those can be projected onto NVTX ranges (-1 when ``launched`` is not given).
+    ``launched_ops`` counts the ops matched to their launching CPU call (``len(launches(...))``):
+    only those can be projected onto NVTX ranges (-1: not matched).
     """
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     kernel_ns = ops["duration_ns"].to_numpy()[is_kernel]
@@ -128,7 +128,7 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame, launched: pd.DataFrame | No
                 "gpu_busy_ns": busy,
                 "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
                 "nvtx_ranges": len(trace.nvtx),
-                "launched_ops": -1 if launched is None else len(launched),
+                "launched_ops": launched_ops,
             }
         ]
     )
@@ -483,19 +483,25 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
     ``tables`` names the ones to return (all of TABLES by default): a report skips the
     tables it never shows, such as range_kernels (0.1 s on a million kernels). A second
     thread matches the ops to their launches (from their ids alone, waiting there for a
-    runtime table still being read) while this one builds and classifies the ops and sums
-    them up (``op_tables``); then it builds the tables that need no (range, op) pair of all
-    ranges (``summary_and_phase_tables``) while this one projects every range. numpy and
+    runtime table still being read) while this one builds and classifies the ops, sums
+    them up (``op_tables``) and builds the overview (``summarize_trace``); then it builds the
+    phase tables, which need no (range, op) pair of all ranges (``phase_tables``), while this
+    one projects every range. numpy and
     pandas release the GIL in their loops, so with a second core free a big trace takes a
     third less time.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime))  # may wait for the runtime
         ops = gpu_ops(trace)
-        op_summaries = op_tables(ops, tables)  # here: this thread would only wait for the launches
+        op_summaries = op_tables(ops, tables)
+        # The overview needs the runtime table (the trace's span) but not the launches: built here while the
+        # other thread matches them (this one used to wait for them), given their count once they are.
+        overview = summarize_trace(trace, ops) if "summary" in tables else None
         launched = side_launches.result()
+        if overview is not None:
+            op_summaries["summary"] = overview.assign(launched_ops=len(launched))
         slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
-        side = pool.submit(summary_and_phase_tables, trace, ops, slim, launched, tables)
+        side = pool.submit(phase_tables, trace, slim, launched, tables)
         attributed = project_nvtx(trace.nvtx, slim, launched)
 
         # The (range, kernel) tables, then the kernel time per range: queued for the second thread after its
@@ -543,19 +549,18 @@ def op_tables(ops: pd.DataFrame, tables: Collection[str] = TABLES) -> dict[str, 
     return {name: summarize() for name, summarize in summaries.items() if name in tables}
 
 
-def summary_and_phase_tables(
-    trace: Trace, ops: pd.DataFrame, slim: pd.DataFrame, launched: pd.DataFrame, tables: Collection[str] = TABLES
+def phase_tables(
+    trace: Trace, slim: pd.DataFrame, launched: pd.DataFrame, tables: Collection[str] = TABLES
 ) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, pd.DataFrame]:
     """The part of ``analyze_trace`` that needs the launches but no (range, op) pair of all ranges.
 
-    Returns the summary and the phase tables of the window view (phase_kernels,
-    phase_categories) among ``tables``, the phase ranges and their window projection
-    (``project_nvtx(phases, ..., any_thread=True)``).
+    Returns the phase tables of the window view (phase_kernels, phase_categories) among
+    ``tables``, the phase ranges and their window projection
+    (``project_nvtx(phases, slim, launched, any_thread=True)``).
     """
     phases = phase_ranges(trace.nvtx)
     window = project_nvtx(phases, slim, launched, any_thread=True)
     summaries = {
-        "summary": lambda: summarize_trace(trace, ops, launched),
         "phase_kernels": lambda: summarize_range_kernels(window),
         "phase_categories": lambda: summarize_ranges(phases, window, summarize_projection(phases, window)),
     }
