@@ -486,9 +486,8 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
     runtime table still being read) while this one builds and classifies the ops, sums
     them up (``op_tables``) and builds the overview (``summarize_trace``); then it builds the
     phase tables, which need no (range, op) pair of all ranges (``phase_tables``), while this
-    one projects every range. numpy and
-    pandas release the GIL in their loops, so with a second core free a big trace takes a
-    third less time.
+    one projects every range. numpy and pandas release the GIL in their loops, so with a
+    second core free a big trace takes a third less time.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime))  # may wait for the runtime

@@ -27,6 +27,7 @@ from analyze.nsys_schema import (
     MEMOP_TABLES,
     META_TABLES,
     MISSING,
+    NVTX_TABLE,
     RUNTIME_COLUMNS,
     RUNTIME_TABLE,
     Catalog,
@@ -36,7 +37,7 @@ from analyze.nsys_schema import (
     fetch_integers,
     take_prefetched,
 )
-from analyze.tables import Trace, with_columns
+from analyze.tables import Trace, one_value, with_columns
 
 SUPPORTED_SCHEMA_MAJOR = (2, 3)
 
@@ -97,7 +98,7 @@ def tid_of(global_tid: pd.Series | np.ndarray) -> np.ndarray:
 
 def tids_of(global_tid: np.ndarray) -> np.ndarray:
     """``tid_of`` for a whole column; one thread (every id the same) gives a read-only view of its tid."""
-    if len(global_tid) and global_tid.min() == global_tid.max():
+    if one_value(global_tid):
         return np.broadcast_to(tid_of(global_tid[:1]), len(global_tid))
     return tid_of(global_tid)
 
@@ -213,7 +214,7 @@ class Export(Catalog):
                 cur = self.conn.execute(sql, params)
                 rows = cur.fetchall()
             except (sqlite3.DatabaseError, UnicodeDecodeError) as err:
-                raise InputError(f"{self.path}: corrupt or truncated SQLite file ({err})") from None
+                raise self.corrupt(err) from None
             return pd.DataFrame.from_records(rows, columns=[d[0] for d in cur.description])
 
     def close(self):
@@ -394,9 +395,9 @@ def _nvtx_text(exp: Export, rows: int) -> tuple[np.ndarray, np.ndarray]:
     is replaced, as sqlite3's text factory does. The integer columns are read apart (``nvtx_read``),
     from the pages where they are plain, so this query selects the text alone.
     """
-    if "text" not in exp.columns["NVTX_EVENTS"]:
+    if "text" not in exp.columns[NVTX_TABLE]:
         return np.full(rows, -1, dtype=np.int64), np.empty(0, dtype=object)
-    sql = 'SELECT CAST("text" AS BLOB) AS text FROM NVTX_EVENTS ORDER BY rowid'
+    sql = f'SELECT CAST("text" AS BLOB) AS text FROM {NVTX_TABLE} ORDER BY rowid'
     if adbc_sqlite() is None:
         codes, uniq = pd.factorize(exp.query(sql)["text"].to_numpy(dtype=object), use_na_sentinel=True)
     else:
@@ -406,7 +407,7 @@ def _nvtx_text(exp: Export, rows: int) -> tuple[np.ndarray, np.ndarray]:
             raise exp.corrupt(err) from None
         codes, uniq = column.indices.fill_null(-1).to_numpy().astype(np.int64), column.dictionary.to_pylist()
     if len(codes) != rows:  # the two reads saw different rows: the file changed between them
-        raise InputError(f"{exp.path}: NVTX_EVENTS changed while it was read")
+        raise InputError(f"{exp.path}: {NVTX_TABLE} changed while it was read")
     return codes, np.array([_text(v) for v in uniq], dtype=object)
 
 
@@ -592,7 +593,7 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
             }
         )
         optional = {
-            "nvtx": read_nvtx(exp, strings, details) if exp.has("NVTX_EVENTS") else None,
+            "nvtx": read_nvtx(exp, strings, details) if exp.has(NVTX_TABLE) else None,
             "gpus": read_gpus(exp),
             "threads": read_threads(exp, strings),
         }
