@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.breakdown import TABLES, gemm_vs_elementwise
-from profiler_kit.render.units import compact_name
+from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
@@ -131,7 +131,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
         sec.figures.append(
             Figure(
                 "Top kernels by GPU time",
-                kern.assign(kernel=kern["kernel"].map(_short)),
+                kern.assign(kernel=compact_names(kern["kernel"].tolist(), 90)),  # one bar per kernel
                 "bar",
                 x="kernel",
                 y="total_ns",
