@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.breakdown import TABLES, gemm_vs_elementwise
+from analyze.range_groups import group_numbered_ranges
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -164,6 +165,9 @@ def ranks_section(res: TraceResult) -> Section:
     )
 
 
+SPREAD_COLUMNS = ["members", "member_cpu_min_ns", "member_cpu_median_ns", "member_cpu_max_ns"]
+
+
 def ranges_section(res: TraceResult, top: int) -> Section:
     ranges = res.tables["range_groups"]
     cols = [
@@ -179,12 +183,24 @@ def ranges_section(res: TraceResult, top: int) -> Section:
     frac_cols = [c for c in ranges.columns if c.endswith("_frac")]
     summary = res.tables["summary"].iloc[0]
     no_launches = summary["kernels"] > 0 and summary.get("launched_ops", -1) == 0
+    folded = group_numbered_ranges(ranges)
     if no_launches:  # nothing could be projected: blank GPU columns say "unknown", zeros would say "none"
-        ranges = ranges.assign(
+        folded = folded.assign(
             **{c: np.nan for c in ["projected_instances", "gpu_span_avg_ns", "kernels", "kernel_time_ns"]}
         )
     n_names = len(res.tables["ranges"])
     grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != len(ranges) else ""
+    numbered = folded[folded["members"] > 1]
+    fold_text = (
+        [
+            f"{int(numbered['members'].sum())} names that differ only in a number are shown as {len(numbered)} row{'s' * (len(numbered) > 1)} "
+            f"({', '.join(numbered['range'].head(3))}{', ...' if len(numbered) > 3 else ''}): their totals summed, "
+            "with the smallest, median and largest CPU total of their members."
+        ]
+        if len(numbered)
+        else []
+    )
+    shown = [*cols, *(SPREAD_COLUMNS if len(numbered) else []), *frac_cols]
     sec = Section(
         "NVTX ranges",
         text=[
@@ -192,6 +208,7 @@ def ranges_section(res: TraceResult, top: int) -> Section:
             "CPU time is the range's own duration; GPU span runs from the first to the last GPU operation launched inside it; "
             "kernel time sums the kernels launched inside it on the range's thread (nested ranges count a kernel under every "
             "enclosing range, as nsys does).",
+            *fold_text,
             *(
                 [
                     "This trace records no CUDA runtime calls, so no GPU operation can be tied to a range: "
@@ -203,7 +220,11 @@ def ranges_section(res: TraceResult, top: int) -> Section:
         ],
     )
     sec.tables.append(
-        Table("Ranges by CPU time", ranges.head(max(top * 2, 30))[cols + frac_cols], key=f"{res.label}_ranges")
+        Table(
+            "Ranges by CPU time",
+            folded.head(max(top * 2, 30))[shown],
+            key=f"{res.label}_ranges",
+        )
     )
     inside = kernels_inside_ranges(res, ranges) if not no_launches else pd.DataFrame()
     if len(inside):
