@@ -171,3 +171,13 @@ def test_json_keeps_integers_and_exact_floats():
     rows = json.loads(text)["rows"]
     assert rows == [{"kernel": "a", "count": 3, "avg_ns": 77662506.8}, {"kernel": "b", "count": 4, "avg_ns": None}]
     assert isinstance(rows[0]["count"], int)
+
+
+def test_table_file_names_drop_the_trace_extension():
+    from profiler_kit.report import Table
+
+    assert Table("s", pd.DataFrame(), key="kineto/run.json.gz_summary").key == "kineto_run_summary"
+    assert Table("s", pd.DataFrame(), key="rank-0.pt.trace.json_top_kernels").key == "rank-0_top_kernels"
+    assert Table("s", pd.DataFrame(), key="nsys/a.sqlite_ranges").key == "nsys_a_ranges"
+    assert Table("s", pd.DataFrame(), key="x.json_data_d0_peak").key == "x_data_d0_peak"
+    assert Table("Top kernels", pd.DataFrame()).key == "top_kernels"
