@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_nsys
+from conftest import FIXTURES, requires_nsys
 
 from profiler_kit import run as run_mod
 from profiler_kit.build_sweep import short_kernel_name
@@ -308,3 +308,72 @@ def test_harness_memory_flag_on_the_cpu_writes_nothing(tmp_path, capsys):
     assert harness.main(["--spec", spec, "--out", str(tmp_path / "row.json"), "--memory", str(snapshot)]) == 0
     row = json.loads((tmp_path / "row.json").read_text())
     assert row["status"] == "ok" and "memory_snapshot" not in row and not snapshot.exists()
+
+
+def test_memory_history_reads_the_peak_then_dumps_once(tmp_path, monkeypatch):
+    """MemoryHistory's calls on a CUDA device, without one: peak stats reset with the history, read before the dump."""
+    import torch
+
+    from workloads.harness import MEMORY_HISTORY_ENTRIES, MemoryHistory
+
+    calls = []
+    cuda, memory = torch.cuda, torch.cuda.memory
+    monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda *a: calls.append("reset"))
+    monkeypatch.setattr(
+        memory, "_record_memory_history", lambda enabled="all", **kw: calls.append(f"history {enabled}")
+    )
+    monkeypatch.setattr(cuda, "max_memory_allocated", lambda *a: calls.append("peak") or 123)
+    monkeypatch.setattr(memory, "_dump_snapshot", lambda path: calls.append("dump") or Path(path).write_bytes(b"x"))
+    history = MemoryHistory(tmp_path / "m.pickle", "cuda")
+    history.start()
+    info = history.stop()
+    assert history.stop() is info  # the torch backend stops before profiling and again after the run
+    assert calls == ["reset", "history all", "peak", "dump", "history None"]
+    assert info == {"file": "m.pickle", "max_memory_allocated": 123, "max_entries": MEMORY_HISTORY_ENTRIES}
+    assert MemoryHistory(tmp_path / "cpu.pickle", "cpu").stop() is None and not (tmp_path / "cpu.pickle").exists()
+
+
+def test_cuda_run_json_gives_the_memory_report_its_peak(tmp_path, monkeypatch):
+    """run.json of a CUDA record as the memory report reads it, without a GPU: a recorder that leaves a real
+    H200 snapshot (tests/data/memory) and that process's max_memory_allocated."""
+    import torch
+
+    src = FIXTURES / "memory" / "mlp_full_step_fp32.pickle.gz"
+    peak = json.loads((FIXTURES / "memory" / "mlp_full_step_fp32.json").read_text())["max_memory_allocated"]
+
+    def fake(spec, work, memory):
+        assert memory
+        (work / "memory.pickle").write_bytes(gzip.decompress(src.read_bytes()))
+        snapshot = {"file": "memory.pickle", "max_memory_allocated": peak, "max_entries": 1_000_000}
+        return {"run_id": spec.run_id, "spec": spec.to_dict(), "status": "ok", "memory_snapshot": snapshot}
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(run_mod, "gpu_info", lambda device: {"name": "a GPU"})
+    monkeypatch.setitem(run_mod.BACKEND_RECORDERS, "none", fake)
+    spec = RunSpec(size="tiny", ctx=8, batch=1, mode="train", device="cuda")
+    result = run_mod.record(spec, "none", memory=True, out_dir=tmp_path, log=lambda m: None)
+    meta = json.loads((result.run_dir / "run.json").read_text())
+    assert sorted(meta["files"]) == sorted(os.listdir(result.run_dir)) == ["memory.pickle", "run.json"]
+    assert meta["max_memory_allocated"] == meta["files"]["memory.pickle"]["max_memory_allocated"] == peak
+    assert meta["memory_history"] and meta["memory_snapshot"]["covers"] == run_mod.MEMORY_WINDOWS["none"]
+    out = tmp_path / "mem"
+    res = CliRunner().invoke(cli, ["memory", str(result.run_dir / "memory.pickle"), "-o", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads((out / "memory.memory_comparison.json").read_text())["rows"]
+    assert row["label"] == spec.run_id and row["peak_allocated_bytes"] == meta["max_memory_allocated"]
+    res = CliRunner().invoke(cli, ["memory", str(result.run_dir / "memory.pickle"), "-o", str(out), "--no-html"])
+    assert f"records max_memory_allocated = {peak:,} bytes" in (out / "memory.md").read_text()
+    assert "(equal)" in (out / "memory.md").read_text()
+
+
+def test_sweep_cell_does_not_take_an_earlier_run_json_for_its_result(tmp_path, monkeypatch):
+    from profiler_kit import sweep as sweep_mod
+
+    run_json = tmp_path / RUN_ID / "run.json"
+    run_json.parent.mkdir()
+    run_json.write_text(json.dumps({"run_id": RUN_ID, "status": "ok", "backend": "torch"}))
+    crashed = sweep_mod.subprocess.CompletedProcess([], 139, "", "Segmentation fault")
+    monkeypatch.setattr(sweep_mod.subprocess, "run", lambda *a, **kw: crashed)
+    meta = sweep_mod.run_cell(TINY, "nsys", tmp_path)
+    assert meta["status"] == "error" and "Segmentation fault" in meta["error"]
+    assert json.loads(run_json.read_text()) == meta
