@@ -48,7 +48,9 @@ def test_snapshot_peak_equals_run_json_max_memory_allocated(tmp_path, backend):
     assert sorted(meta["files"]) == sorted(os.listdir(run_dir))
     assert "memory.pickle" in meta["files"] and meta["memory_history"] and meta["memory_snapshot"]["file"]
     want = meta["max_memory_allocated"]
-    rep = _cli("memory", run_dir / "memory.pickle", "--format", "json", "-o", tmp_path / "mem", timeout=600)
+    rep = _cli(
+        "memory", run_dir / "memory.pickle", "--format", "json", "--no-html", "-o", tmp_path / "mem", timeout=600
+    )
     assert rep.returncode == 0, rep.stderr[-3000:]
     (row,) = json.loads((tmp_path / "mem" / "memory.memory_comparison.json").read_text())["rows"]
     got = row["peak_allocated_bytes"]
