@@ -268,13 +268,13 @@ def comparison_table(snapshots: list[tuple[str, MemorySnapshot, dict]], analyses
 
 
 def memory_sections(snapshots: list[tuple[str, MemorySnapshot, dict]], top: int = 10) -> list[Section]:
-    """Sections for ``profiler-kit report``: a comparison (when several), one per snapshot, the rules."""
+    """Sections for ``profiler-kit report``: the peaks (a comparison when several), one per snapshot, the rules."""
     analyses = {label: {dev: analyze_snapshot(snap, dev) for dev in snap.devices()} for label, snap, _ in snapshots}
     out = []
-    if len(snapshots) > 1:
+    if snapshots:  # one snapshot too: scripts read its peak from this table (--format csv/json)
         out.append(
             Section(
-                title="Memory: comparison",
+                title="Memory: comparison" if len(snapshots) > 1 else "Memory: peak",
                 text=["Peaks replayed from each snapshot's trace; run fields from file names or run.json / <stem>.json beside the file."],
                 tables=[Table("Peak memory per snapshot", comparison_table(snapshots, analyses), key="memory_comparison",
                               note="before_trace: bytes allocated before the first recorded event (a baseline rebuilt from segments); "

@@ -182,16 +182,26 @@ def _overhead_verdict(overhead: float, noise: float) -> str:
     return "profiler faster (outside noise: check the runs)" if overhead < 0 else "overhead"
 
 
-def read_run_trace(run_dir: Path):
-    """The run's trace through the analyze readers, or None when it has none."""
-    if (run_dir / "trace.json.gz").exists():
+def read_run_trace(run_dir: Path, meta: dict | None = None):
+    """The run's trace through the analyze readers, or None when it has none.
+
+    A run.json that names its record's trace (``trace``; null for backend none) picks it: a folder
+    recorded again with another backend also holds the earlier record's trace, whose timings are gone.
+    """
+    if meta and "trace" in meta:
+        names = [meta["trace"]] if meta["trace"] else []
+    else:  # run.json from before ``trace``: whichever trace is there
+        names = ["trace.json.gz", "trace.sqlite"]
+    for path in (run_dir / n for n in names):
+        if not path.exists():
+            continue
+        if path.suffix == ".sqlite":
+            from analyze.nsys_sqlite import read_nsys_sqlite
+
+            return read_nsys_sqlite(path)
         from analyze.kineto import read_kineto
 
-        return read_kineto(run_dir / "trace.json.gz")
-    if (run_dir / "trace.sqlite").exists():
-        from analyze.nsys_sqlite import read_nsys_sqlite
-
-        return read_nsys_sqlite(run_dir / "trace.sqlite")
+        return read_kineto(path)
     return None
 
 
@@ -502,7 +512,7 @@ def build_sweep_sections(run_dirs, roots=()) -> list[Section]:
     for m in metas:
         if m.get("status") != "ok":
             continue
-        trace = read_run_trace(m["_dir"])
+        trace = read_run_trace(m["_dir"], m)
         if trace is not None:
             kernel_rows.append(summarize_run_trace(trace, m))
             if m.get("model") and m.get("spec", {}).get("workload", "lm") == "lm":

@@ -346,11 +346,15 @@ def _default_device() -> str:
 @click.option("--sharded", is_flag=True, help="ddp: ZeRO-1 sharded optimizer.")
 @click.option("--ddp-size", default="small", show_default=True, help="ddp: model size.")
 @click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="auto", show_default=True)
-@click.option("--memory", is_flag=True, help="Also write a CUDA memory snapshot (memory.pickle).")
+@click.option(
+    "--memory",
+    is_flag=True,
+    help="Also write a CUDA memory snapshot (memory.pickle), with any backend; none on the CPU (run.json says so).",
+)
 @click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed (and profiled) steps.")
 @click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps.")
 @click.option("--calibrate", is_flag=True, help="Measure this GPU's GEMM TFLOP/s and copy bandwidth first.")
-@click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
+@click.option("--device", default=None, help="cuda or cpu [default: cuda when available, else cpu, said on stderr].")
 @click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs"), show_default=True)
 def record(
     workload,
@@ -387,10 +391,24 @@ def record(
     run.json holds the spec, versions, GPU, step times without and with the
     profiler, and peak memory; --calibrate measures this GPU's GEMM and copy
     ceilings into OUT_DIR/calibration.json, which later runs into OUT_DIR copy.
+    --memory writes memory.pickle with every backend on a GPU (under nsys, the
+    profiled process records it); run.json's max_memory_allocated covers the
+    same window. Recording the same run again with another backend keeps the
+    first trace (each backend has its own file names; run.json's "files" says
+    which file is which and which record made it). Without a GPU the run goes
+    to the CPU, and stderr says so unless --device cpu was given.
 
     Example: profiler-kit record xl --ctx 512 --precision bf16 --memory -o outputs/
     """
-    device = device or _default_device()
+    if device is None:
+        device = _default_device()
+        if device == "cpu":
+            click.echo("no CUDA GPU found: running on the CPU", err=True)
+    elif device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.BadParameter(f"{device}: no CUDA GPU found (use --device cpu)", param_hint="--device")
     if workload == "ddp":
         try:
             from profiler_kit.run_ddp import record_ddp
