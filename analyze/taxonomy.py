@@ -56,7 +56,8 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "kv_append_t.kd")),
     # FlashAttention 2 (flash_fwd_kernel) and 3 (cutlass::device_kernel<flash::FlashAttnFwdSm90>), cuDNN's
     # SDPA engines and their dO*O / dQ helpers, FlashInfer, xFormers fmha, aiter's asm fmha/mla/pa (pa_* is
-    # paged attention), Gated DeltaNet (gdn_*: a linear-attention layer).
+    # paged attention), Gated DeltaNet (gdn_*: a linear-attention layer, its causal conv included).
+    # Before GEMM: fmha_cutlassF_* also says cutlass.
     ("attention", "flash",
      r"flash|fmha|\bmha\b|\bmla\b|attn|attention|sdpa|\bxqa\b|dot do o|convert dq|\bpaged|\bkv cache|merge states|decode with|prefill with|^pa\b|\bgqa\b|\bmqa\b|\bgdn\b",
      ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>",
@@ -164,7 +165,8 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
      r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep",
      ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float, unsigned int>)",)),
     # Copies, fills, gathers and layout changes. ATen's pointwise launchers are named by their functor
-    # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not.
+    # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not. "fill"
+    # counts only as the first word: masked_fill reads a mask and an input, it is pointwise.
     ("memory", "copy_layout",
      r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\bnchw|\bnhwc|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
      ("void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda(TensorIteratorBase&)>>(int)",
