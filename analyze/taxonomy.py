@@ -19,9 +19,10 @@ matches decides:
 3. the function name with its namespaces (``dpsk::ep::internode::dispatch``): a namespace
    only speaks when the function name says nothing a rule knows.
 
-To add a library's kernels, add a row with a real name as example; tests check every
-example is decided by its own row, and tests/data/kernel_names/corpus.csv checks the
-table against 2,000+ real names.
+To add a library's kernels, add a row (or an example to a row) with a real name; tests
+check every example is decided by its own row, and every name of the corpus
+tests/data/kernel_names/corpus.csv (1,870 real names, from captures of many vendors and
+generations) lands in the category it was labelled with.
 """
 
 from __future__ import annotations
