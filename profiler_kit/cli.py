@@ -265,6 +265,29 @@ def with_exit_codes(fn):
     return fn
 
 
+RUN_TRACES = ("trace.json.gz", "trace.sqlite")  # what build_sweep.read_run_trace reads in a record folder
+
+
+def readable_runs(run_dirs: list[Path], skips: Skips) -> list[Path]:
+    """The record folders the sweep tables can use: run.json readable (else a skipped input) and the trace
+    not skipped already (the sweep tables read both again; a run whose trace failed is left out of them)."""
+    from analyze.sources import READ_ERRORS
+    from profiler_kit.build_sweep import load_runs
+
+    failed = {Path(s.path).parent for s in skips.skipped if Path(s.path).name in RUN_TRACES}
+    keep = []
+    for d in run_dirs:
+        if d in failed:
+            continue
+        try:
+            load_runs([d])
+        except READ_ERRORS as err:
+            skips(d / "run.json", err)
+            continue
+        keep.append(d)
+    return keep
+
+
 def strict_option(fn):
     """--strict: stop at the first input that cannot be read."""
     return click.option(
@@ -402,7 +425,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
         loaded = load_snapshots(snapshots, skip=skips)
     if not results and not loaded:
         raise skips.nothing_read("inputs")
-    run_dirs = find_run_dirs(paths)
+    run_dirs = readable_runs(find_run_dirs(paths), skips)
     extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
     if loaded:
         extra += memory_sections(loaded, top=top)
