@@ -105,14 +105,26 @@ def caused_by_ctrl_c(err: BaseException) -> bool:
     return False
 
 
-class Group(click.Group):
-    """Turns library InputErrors (and unreadable files) and Ctrl-C into one-line errors."""
+class Parsing:
+    """Parsing the command line, --help and --version: Ctrl-C, and their output to a closed pipe or a full
+    disk, end as they do in the commands (one line, documented exit code)."""
 
     def make_context(self, *args, **kwargs):
         try:
-            return super().make_context(*args, **kwargs)
+            with writing_stdout():
+                return super().make_context(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted() from None
+
+
+class Command(Parsing, click.Command):
+    """A command of the group (see Parsing)."""
+
+
+class Group(Parsing, click.Group):
+    """Turns library InputErrors (and unreadable files) and Ctrl-C into one-line errors."""
+
+    command_class = Command
 
     def invoke(self, ctx):
         try:
@@ -228,7 +240,7 @@ def plain_stem(ctx, param, value: str) -> str:
 class Skips:
     """Inputs a batch cannot read: each said in one line on stderr, listed in the report, and counted.
 
-    Strict (--strict, or a single file named): the first one is the command's error instead (exit 2).
+    Strict (--strict, or a single input): the first one is the command's error instead (exit 2).
     """
 
     def __init__(self, strict: bool):
@@ -248,9 +260,9 @@ class Skips:
         self.skipped.append(row)
         click.echo(f"skipped {row.path}: {row.reason}", err=True)
 
-    def nothing_read(self, what: str) -> InputError:
+    def nothing_read(self) -> InputError:
         """The error when every input was skipped."""
-        return InputError(f"none of the {len(self.skipped)} {what} could be read (each listed above)")
+        return InputError(f"no input could be read ({len(self.skipped)} skipped, each listed above)")
 
     def finish(self) -> None:
         """Exit code 1 when inputs were skipped (the report of the others is written)."""
@@ -298,7 +310,7 @@ def strict_option(fn):
 
 
 def single_file(paths) -> bool:
-    """One file named: its error is the command's (one Error line, exit 2), as for --strict."""
+    """One file named: its error is the command's (one Error line, exit 2), as with --strict."""
     return len(paths) == 1 and not Path(paths[0]).is_dir()
 
 
@@ -386,8 +398,8 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
 
     A file that cannot be read (damaged, or an .nsys-rep too new for the
     installed nsys) is said in one line on stderr and listed in a "Skipped
-    inputs" table; the others are reported. A single file named on its own,
-    or --strict, makes it an error instead.
+    inputs" table; the others are reported. With a single input (named or
+    found), or --strict, it is an error instead.
 
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
@@ -412,6 +424,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     out_dir = writable(out_dir or default_out_dir(paths))
     skips = Skips(strict or single_file(paths))
     sources = discover(list(paths), skip=skips)
+    skips.strict |= len(sources) == 1 and not skips.skipped  # one input found: its error is the command's
     traces = [s for s in sources if s.kind in TRACE_KINDS]
     snapshots = [s.path for s in sources if s.kind == "memory-snapshot"]
     if not traces and not snapshots and not skips.skipped:
@@ -424,7 +437,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
 
         loaded = load_snapshots(snapshots, skip=skips)
     if not results and not loaded:
-        raise skips.nothing_read("inputs")
+        raise skips.nothing_read()
     run_dirs = readable_runs(find_run_dirs(paths), skips)
     extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
     if loaded:
@@ -507,8 +520,8 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem, strict):
     Writes <stem>.md and <stem>.html (default stem "memory", default folder
     reports/memory); with --format csv/json, one <stem>.<table>.<fmt> per table.
     A snapshot that cannot be read is said in one line on stderr and listed in
-    a "Skipped inputs" table; the others are reported. A single file named on
-    its own, or --strict, makes it an error instead.
+    a "Skipped inputs" table; the others are reported. With a single
+    snapshot (named or found), or --strict, it is an error instead.
 
     Example: profiler-kit memory runs/xl_ctx512_full_step_bf16.pickle -o reports/mem
     """
@@ -520,10 +533,10 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem, strict):
     paths = find_snapshots(list(snapshots))
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
-    skips = Skips(strict or single_file(snapshots))
+    skips = Skips(strict or len(paths) == 1)  # one snapshot: its error is the command's
     loaded = load_snapshots(paths, skip=skips)
     if not loaded:
-        raise skips.nothing_read("snapshots")
+        raise skips.nothing_read()
     report = build_memory_report(loaded, top=top, skipped=skips.skipped)
     files = render_report_files(report, stem, fmt, html=charts_wanted(no_html))
     write_report(out_dir, files)

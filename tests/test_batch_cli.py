@@ -112,7 +112,7 @@ def test_none_readable_exit_2_nothing_written(tmp_path, old_nsys):
         f"skipped {folder / 'a.nsys-rep'}",
         f"skipped {folder / 'b.sqlite'}",
     ]
-    assert len(out) == 3 and out[2].startswith("Error: none of the 2 inputs could be read")
+    assert len(out) == 3 and out[2] == "Error: no input could be read (2 skipped, each listed above)"
     assert not (tmp_path / "out").exists()
 
 
@@ -159,6 +159,17 @@ def _error_of(path: Path) -> InputError:
     return err.value
 
 
+@pytest.mark.parametrize("command, name", [("report", "t.sqlite"), ("memory", "s.pickle")])
+def test_a_folder_with_one_bad_input_is_one_error(tmp_path, command, name):
+    """One input found in a folder: as if named alone, its error is the command's (one line, exit 2)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_bytes(b"junk" * 100)
+    res = run(command, tmp_path / "in", "-o", tmp_path / "out")
+    assert res.exit_code == 2
+    assert len(lines(res.output)) == 1 and lines(res.output)[0].startswith(f"Error: {tmp_path / 'in' / name}: ")
+    assert not (tmp_path / "out").exists()
+
+
 def test_snapshots_beside_traces_are_skipped_too(tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -191,7 +202,7 @@ def test_memory_batch_none_readable(tmp_path):
     (tmp_path / "b_cut.pickle").write_bytes(b"\x80\x04junk")
     res = run("memory", tmp_path / "b_cut.pickle", tmp_path / "gone.pickle", "-o", tmp_path / "out")
     assert res.exit_code == 2
-    assert lines(res.stderr)[-1].startswith("Error: none of the 2 snapshots could be read")
+    assert lines(res.stderr)[-1] == "Error: no input could be read (2 skipped, each listed above)"
     assert not (tmp_path / "out").exists()
 
 
@@ -377,25 +388,35 @@ def test_sigint_to_a_running_report(tmp_path):
 # ---- standard output
 
 
-def _kernels(stdout, *extra):
+STDOUT_COMMANDS = {
+    "kernels": ["kernels", str(KINETO), "--format", "json"],
+    "help": ["--help"],
+    "report_help": ["report", "--help"],
+    "version": ["--version"],
+}
+
+
+def _printing(stdout, args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "profiler_kit", "kernels", str(KINETO), "--format", "json", *extra]
+    cmd = [sys.executable, "-m", "profiler_kit", *args]
     return subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
-def test_stdout_on_a_full_disk():
+@pytest.mark.parametrize("args", STDOUT_COMMANDS.values(), ids=STDOUT_COMMANDS)
+def test_stdout_on_a_full_disk(args):
     with open("/dev/full", "w") as full:
-        proc = _kernels(full)
+        proc = _printing(full, args)
     assert proc.returncode == 3
     assert lines(proc.stderr) == ["Error: cannot write to standard output: No space left on device"]
 
 
-def test_stdout_reader_gone_is_quiet():
+@pytest.mark.parametrize("args", STDOUT_COMMANDS.values(), ids=STDOUT_COMMANDS)
+def test_stdout_reader_gone_is_quiet(args):
     read, write_end = os.pipe()
     os.close(read)  # like `| head` once it has its lines
     try:
-        proc = _kernels(write_end)
+        proc = _printing(write_end, args)
     finally:
         os.close(write_end)
     assert proc.returncode == 141 and proc.stderr == ""
