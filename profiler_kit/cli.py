@@ -467,15 +467,13 @@ def _one_trace(path: str):
 def _print_table(df, fmt: str) -> None:
     from profiler_kit.render.markdown import render_table_md
 
-    text = (
-        df.to_csv(index=False)
-        if fmt == "csv"
-        else df.to_json(orient="records", indent=1) + "\n"
-        if fmt == "json"
-        else render_table_md(df) + "\n"
-    )
     with writing_stdout():
-        click.echo(text, nl=False)
+        if fmt == "csv":
+            click.echo(df.to_csv(index=False), nl=False)
+        elif fmt == "json":
+            click.echo(df.to_json(orient="records", indent=1))
+        else:
+            click.echo(render_table_md(df))
 
 
 @cli.command()
