@@ -56,7 +56,7 @@ def check_out_dir(out_dir: Path) -> Path:
     base, missing = _existing_and_missing(out_dir)
     if not base.is_dir():
         where = "" if not missing else f"cannot write to {out_dir}: "
-        raise OutputError(f"{where}{base} is a file, not a folder")
+        raise OutputError(f"{where}{base} is {'a file, not a folder' if base.is_file() else 'not a folder'}")
     if not os.access(base, os.W_OK | os.X_OK):  # root may still write (permissions); ask the file system
         try:
             fd, tmp = tempfile.mkstemp(dir=base, prefix=".profiler-kit-check.")

@@ -315,6 +315,22 @@ def test_failed_write_leaves_the_old_report_whole(tmp_path, monkeypatch, exc, co
     assert (out / "report.md").read_text() == "old report\n"
 
 
+def test_ctrl_c_while_renaming_keeps_the_report_whole(tmp_path, monkeypatch):
+    """Ctrl-C between two renames waits until every file is in place: never half the new report."""
+    out = tmp_path / "out"
+    real = os.replace
+
+    def replace(src, dst):
+        os.kill(os.getpid(), signal.SIGINT)
+        real(src, dst)
+
+    monkeypatch.setattr("os.replace", replace)
+    res = run("report", KINETO, "-o", out)
+    assert res.exit_code == 130 and lines(res.output) == ["Error: interrupted (Ctrl-C)"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.md"]
+    assert (out / "report.md").read_text().startswith("# profiler-kit report")
+
+
 @pytest.mark.parametrize("stem", ["../escaped", "a/b", "..", ".", "", "/abs"])
 def test_stem_must_be_a_plain_name(tmp_path, stem):
     out = tmp_path / "out"
