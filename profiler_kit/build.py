@@ -361,10 +361,31 @@ def comparison_section(results: list[TraceResult]) -> Section:
     return sec
 
 
+def skipped_section(skipped) -> Section:
+    """The inputs a report leaves out (``analyze.sources.Skipped`` rows), first, so no reader misses them."""
+    rows = pd.DataFrame([(s.path, s.reason) for s in skipped], columns=["input", "reason"])
+    return Section(
+        "Skipped inputs",
+        text=[f"{len(rows)} input(s) could not be read; nothing below comes from them."],
+        tables=[
+            Table(
+                "Skipped inputs",
+                rows,
+                note="Long reasons are cut here; the lines on stderr and --format csv/json give them whole.",
+                key="skipped_inputs",
+            )
+        ],
+    )
+
+
 def build_report(
-    results: list[TraceResult], title: str = "profiler-kit report", top: int = 15, extra: list[Section] | None = None
+    results: list[TraceResult],
+    title: str = "profiler-kit report",
+    top: int = 15,
+    extra: list[Section] | None = None,
+    skipped=(),
 ) -> Report:
-    """The report over one or several analysed traces (plus any extra sections)."""
+    """The report over one or several analysed traces (plus any extra sections, and the inputs ``skipped``)."""
     report = Report(
         title,
         text=[
@@ -372,6 +393,8 @@ def build_report(
             "nsys stats (gpukernsum, nvtxsum, nvtxkernsum, nvtxgpuproj) definitions."
         ],
     )
+    if skipped:
+        report.sections.append(skipped_section(skipped))
     if len(results) > 1:
         report.sections.append(comparison_section(results))
     report.sections.extend(trace_section(r, top) for r in results)
@@ -392,21 +415,29 @@ def label_for(path, roots) -> str:
     return path.name
 
 
-def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[TraceResult]:
+def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
     ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
+    ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
+    (``analyze.sources.READ_ERRORS``); without it the first such error is raised.
     """
     from analyze.breakdown import analyze_trace
     from analyze.projection import distinct_values
     from analyze.ranks import summarize_rank_time
-    from analyze.sources import read_trace
+    from analyze.sources import READ_ERRORS, read_trace
     from analyze.tables import one_value_view
 
     results = []
     for src in sources:
-        trace = read_trace(src, details=False, cache=cache, runtime_later=True)
-        tables = analyze_trace(trace, REPORT_TABLES)
+        try:
+            trace = read_trace(src, details=False, cache=cache, runtime_later=True)
+            tables = analyze_trace(trace, REPORT_TABLES)
+        except READ_ERRORS as err:
+            if skip is None:
+                raise
+            skip(src.path, err)
+            continue
         ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
         pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)
