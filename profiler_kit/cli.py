@@ -7,51 +7,21 @@ with exit code 2.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
 import os
 import sys
-import threading
 from pathlib import Path
 
-# A report reads each big array once or twice, so 2 MB pages buy it nothing, and asking for them (numpy's
-# default) can make each first touch wait for the kernel to compact memory. On a 2-core VM a cached report
-# of 1.1M kernels took 1.37-1.73 s with them and 1.26-1.43 s without (six runs each, alternating).
-# Set before numpy is imported; a value the user set wins.
-os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-# The same for Arrow's buffers (the NVTX text, string columns): pyarrow's default mimalloc pool asks for 2 MB pages
-# and zeroes each whole page at its first touch, 3% of a big report's CPU samples. With the system allocator a
-# report of 1.1M kernels took 1.16 s against 1.24 (medians of 16 alternating runs, 12 of 16 pairs faster).
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+from profiler_kit import process
+from profiler_kit.process import REPORT_KEPT_BYTES, importing
 
-
-@contextlib.contextmanager
-def importing():
-    """Import without the cyclic garbage collector, then freeze what was imported.
-
-    Imports build hundreds of thousands of long-lived objects and little garbage, so collector passes
-    over them are wasted: they cost a cached report of 1.1M kernels about 0.1 s (1.27 -> 1.15 s,
-    medians of seven alternating runs on a 2-core VM). Later passes skip the frozen objects too;
-    the collector stays on for the work itself.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
+process.tune_environment()  # before numpy and pyarrow are imported: profiler_kit/process.py
 
 with importing():
     import click
 
     from analyze.errors import InputError
     from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
-
-REPORT_KEPT_BYTES = 1 << 30  # a report's freed memory stays with it until it exits
 
 
 class BadInput(click.ClickException):
@@ -86,24 +56,8 @@ def cli():
 
 
 def main() -> None:
-    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit.
-
-    Tearing down the interpreter's modules and objects took 25 ms of a big report's 1.2 s; leaving with
-    ``os._exit`` once the exit handlers have run (the early reader's child reaped) takes 11. With another
-    thread still alive (a pool's idle worker, a cache write) the usual exit waits for it instead.
-    """
-    try:
-        cli(prog_name="profiler-kit")
-        code = 0
-    except SystemExit as done:
-        code = done.code
-    if threading.active_count() > 1 or not isinstance(code, int | None):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that closed the pipe, a stream closed already
-            stream.flush()
-    os._exit(code or 0)
+    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit."""
+    process.run_and_exit(lambda: cli(prog_name="profiler-kit"))
 
 
 def progress(items, label: str):
