@@ -37,8 +37,9 @@ def traced_section():
 @committed
 def test_throughput_row_per_traced_run_with_mfu_in_0_1(traced_section):
     table = traced_section.tables[0].df.set_index("size")
-    runs = load_runs(find_run_dirs([TRACED]))
-    assert sorted(table.index) == sorted(m["spec"]["size"] for m in runs)
+    # the committed sweep keeps the small run's trace only (the others' are in git history, see reports/sweep/README.md)
+    runs = [m for m in load_runs(find_run_dirs([TRACED])) if (Path(m["_dir"]) / "trace.json.gz").exists()]
+    assert runs and sorted(table.index) == sorted(m["spec"]["size"] for m in runs)
     cal = json.loads((SWEEP / "calibration.json").read_text())
     for m in runs:
         row = table.loc[m["spec"]["size"]]
