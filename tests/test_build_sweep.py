@@ -133,13 +133,13 @@ def test_record_copies_the_cached_calibration_only_for_the_same_device(tmp_path)
     assert "calibration" not in meta
 
 
-RUN10 = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "attention" / "run10_rec"
+ATTENTION_RECORDS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "attention" / "rec"
 
 
-@pytest.mark.skipif(not RUN10.exists(), reason="committed attention records absent")
+@pytest.mark.skipif(not ATTENTION_RECORDS.exists(), reason="committed attention records absent")
 def test_attention_runs_are_told_apart_in_the_sweep_tables():
     """One attention layer per run: the size column names implementation and shape, not the LM default size."""
-    sections = build_sweep_sections(find_run_dirs([RUN10]))
+    sections = build_sweep_sections(find_run_dirs([ATTENTION_RECORDS]))
     timing = next(t for s in sections for t in s.tables if t.title.startswith("Forward, backward"))
     sizes = list(timing.df["size"])
     assert sorted(sizes) == sorted(f"attention {i} d{d} h16 b1" for i in ("sdpa", "triton") for d in (64, 128))

@@ -17,7 +17,7 @@ by side (``gl.warp_specialize``), as FlashAttention-3's backward does:
 
 The default (``kvds``: K, V and dS from registers; 16 warps, one program per SM) ran the backward at
 1x16x16384x64 bf16 causal in 2.68 ms against cuDNN's 3.01-3.03 and the ``tma`` kernel's 3.40 (H200,
-attention_bench; benchmarks/results/attention/run15.md). Commit 87d8786 holds every structure run 15
+attention_bench; benchmarks/README.md, run 15). Commit 87d8786 holds every structure run 15
 measured (one consumer a program, consumers with their own dQ product); they were slower, and the
 one-consumer ones gave NaN with two programs on an SM.
 

@@ -29,14 +29,14 @@ pays nothing).
   128, Hopper; other inputs take ``"tma"``). ``DEFAULT_BWD`` says which one
   16-bit inputs get on Hopper: ``"gluon_ws"``, 2.66-2.70 ms against cuDNN's
   3.03-3.04 and the ``tma`` kernel's 3.36 at the leaderboard shape, and less
-  GPU time from seq 4096 up (runs 15-16, benchmarks/results/attention/README.md).
+  GPU time from seq 4096 up (runs 15-16, benchmarks/README.md).
   Their dQ sums in an unspecified order, so they are not bitwise deterministic.
   fp32 inputs and pre-Hopper GPUs use the two-kernel backward. ``BWD_OPTS``
   switches the dK/dV kernel's structure (16-bit inputs, head dims up to
   ``BWD_OPTS_MAX_D``); the defaults load Q and dO tiles by TMA descriptors,
   fold the softmax scale into dS and start the heads in groups of 4, which
   with a 168-register cap fits 3 programs per SM: 3.38 ms against 3.66 before
-  run 8 at the leaderboard shape (benchmarks/results/attention/README.md).
+  run 8 at the leaderboard shape (benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
