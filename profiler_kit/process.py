@@ -1,4 +1,4 @@
-"""Process tuning of the ``profiler-kit`` command, one sentence each; measured in benchmarks/README.md (Speed).
+"""Process tuning of the ``profiler-kit`` command, one sentence each (measured: benchmarks/README.md, "Report speed").
 
 Imports nothing heavy: the CLI calls ``tune_environment`` before numpy, pandas or pyarrow is imported.
 """
