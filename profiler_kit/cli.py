@@ -9,55 +9,24 @@ Ctrl-C one line and 130 (EXIT_CODES). With several inputs, ``report`` and
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
 import os
 import sys
-import threading
 from pathlib import Path
 
-# A report reads each big array once or twice, so 2 MB pages buy it nothing, and asking for them (numpy's
-# default) can make each first touch wait for the kernel to compact memory. On a 2-core VM a cached report
-# of 1.1M kernels took 1.37-1.73 s with them and 1.26-1.43 s without (six runs each, alternating).
-# Set before numpy is imported; a value the user set wins.
-os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-# The same for Arrow's buffers (the NVTX text, string columns): pyarrow's default mimalloc pool asks for 2 MB pages
-# and zeroes each whole page at its first touch, 3% of a big report's CPU samples. With the system allocator a
-# report of 1.1M kernels took 1.16 s against 1.24 (medians of 16 alternating runs, 12 of 16 pairs faster).
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+from profiler_kit import process
+from profiler_kit.process import importing
 
-
-@contextlib.contextmanager
-def importing():
-    """Import without the cyclic garbage collector, then freeze what was imported.
-
-    Imports build hundreds of thousands of long-lived objects and little garbage, so collector passes
-    over them are wasted: they cost a cached report of 1.1M kernels about 0.1 s (1.27 -> 1.15 s,
-    medians of seven alternating runs on a 2-core VM). Later passes skip the frozen objects too;
-    the collector stays on for the work itself.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
+process.tune_environment()  # before numpy and pyarrow are imported: profiler_kit/process.py
 
 try:
     with importing():
         import click
 
         from analyze.errors import InputError
-        from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
 except KeyboardInterrupt:  # Ctrl-C while the command starts: the line and exit code of later (Interrupted)
     sys.stderr.write("Error: interrupted (Ctrl-C)\n")
     raise SystemExit(130) from None
-
-REPORT_KEPT_BYTES = 1 << 30  # a report's freed memory stays with it until it exits
 
 SKIPPED, BAD_INPUT, CANNOT_WRITE, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
 EXIT_CODES = f"""\b
@@ -157,28 +126,18 @@ def cli():
 
 
 def main() -> None:
-    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit.
+    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit."""
+    process.run_and_exit(_cli_or_interrupted)
 
-    Tearing down the interpreter's modules and objects took 25 ms of a big report's 1.2 s; leaving with
-    ``os._exit`` once the exit handlers have run (the early reader's child reaped) takes 11. With another
-    thread still alive (a pool's idle worker, a cache write) the usual exit waits for it instead.
-    """
+
+def _cli_or_interrupted() -> None:
+    """The CLI; Ctrl-C outside a command (click's own handling would say "Aborted!") is one line and exit 130."""
     try:
         cli(prog_name="profiler-kit")
-        code = 0
-    except SystemExit as done:
-        code = done.code
-    except KeyboardInterrupt:  # outside the command (click's own handling would say "Aborted!")
+    except KeyboardInterrupt:
         with contextlib.suppress(OSError, ValueError):
             click.echo(f"Error: {Interrupted().message}", err=True)
-        code = INTERRUPTED
-    if threading.active_count() > 1 or not isinstance(code, int | None):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that closed the pipe, a stream closed already
-            stream.flush()
-    os._exit(code or 0)
+        raise SystemExit(INTERRUPTED) from None
 
 
 def progress(items, label: str):
@@ -403,18 +362,12 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
 
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
-    # A report does no matrix products. numpy's OpenBLAS otherwise starts a thread per core at import, and
-    # each spins for a while: 2% of a big report's CPU time (perf samples), taken from the early reader on a
-    # 2-core machine. Set before numpy is imported; a value the user set wins.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    process.tune_report()  # before numpy is imported: profiler_kit/process.py
     if len(paths) == 1:  # one big export: its reading starts now, beside the imports below
         with importing():  # the early read imports numpy before it forks its reader
             from analyze.trace_cache import prefetch_uncached
 
             prefetch_uncached(Path(paths[0]), cache=not no_cache)
-    # Freed arrays are kept for the next ones, not faulted in afresh (analyze/heap.py): 7% fewer page faults
-    # and about 0.03 s less on a report of 1.1M kernels (14 alternating runs, 10 faster), 13 MiB more peak memory.
-    keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
     with importing():
         from analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report
