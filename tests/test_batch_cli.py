@@ -128,7 +128,7 @@ def test_strict_stops_at_the_first_bad_input(tmp_path, old_nsys):
     assert not (tmp_path / "out").exists()
 
 
-RUNS = ROOT / "benchmarks/results/attention/run10_rec"
+RUNS = ROOT / "benchmarks/results/attention/rec"
 
 
 @pytest.mark.parametrize("damaged", ["run.json", "trace.json.gz"])
