@@ -337,16 +337,11 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
 
 
 def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
-    """CUDA runtime calls; without ``details`` their API names are not read (left "")."""
+    """CUDA runtime and driver calls, with their API names (both reads: the CUDA API summary needs them)."""
     # without details: the read a report prefetches
     df = _times(exp.select(RUNTIME_TABLE, RUNTIME_COLUMNS) if details else exp.read(exp.lean_runtime_read()))
     gtid = df["globalTid"].to_numpy()
-    name = (
-        _decode(df["nameId"], strings, "<unknown API>")
-        if details
-        else pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[""])
-    )
-    df = df.assign(name=name, correlation_id=df["correlationId"])
+    df = df.assign(name=_decode(df["nameId"], strings, "<unknown API>"), correlation_id=df["correlationId"])
     return with_columns(df, {"pid": pids_of(gtid, missing=None), "tid": tids_of(gtid)})
 
 
@@ -562,8 +557,7 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
 
     ``details=False`` skips what the breakdowns never use, a third of the reading
     on a big export: kernel launch shapes, registers, shared memory, streams and NVTX
-    nesting depths come back as -1, kernel ``name`` as the demangled name,
-    runtime API names as "".
+    nesting depths come back as -1, kernel ``name`` as the demangled name.
 
     ``runtime_later=True`` returns before the runtime table (the biggest) is read when it is
     read on another thread (``Trace.arriving``): a report starts on the kernels meanwhile.
