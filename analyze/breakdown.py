@@ -189,32 +189,33 @@ SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 
 def summarize_kernel_shapes(
-    kernels: pd.DataFrame, name: str = "demangled_name", top: int | None = None
+    kernels: pd.DataFrame, name: str = "demangled_name", by_shape: bool = True, top: int | None = None
 ) -> pd.DataFrame:
     """Per (kernel name, grid, block): the statistics of ``summarize_kernels``, as ``nsys stats --report gpukernsum``.
 
     ``kernels`` is a KERNELS table read with its launch shapes (``read_trace(..., details=True)``); ``name``
     picks the name column: ``demangled_name`` (gpukernsum's default) or ``name``, the short name
-    (``gpukernsum:base``). ``grid`` and ``block`` are "XxYxZ" (-1 parts: shape not recorded).
+    (``gpukernsum:base``). ``grid`` and ``block`` are "XxYxZ" (-1 parts: shape not recorded); without
+    ``by_shape``, one row per name and no shape columns. ``category`` is the first launch's.
     """
-    shape = kernels[list(SHAPE_COLUMNS)].to_numpy()
     names = pd.Categorical(kernels[name])
-    keys = pd.DataFrame({"name": names.codes} | {c: shape[:, i] for i, c in enumerate(SHAPE_COLUMNS)})
+    dims = list(SHAPE_COLUMNS) if by_shape else []
+    shape = kernels[dims].to_numpy()
+    keys = pd.DataFrame({"name": names.codes} | {c: shape[:, i] for i, c in enumerate(dims)})
     group = keys.groupby(list(keys.columns), sort=False).ngroup().to_numpy()
     n = int(group.max()) + 1 if len(group) else 0
     first = np.full(n, len(group), dtype=np.int64)
     np.minimum.at(first, group, np.arange(len(group)))
     stats = group_stats(group, kernels["duration_ns"].to_numpy(), n)
     index = pd.CategoricalIndex(names[first], name="name")
-    dims = shape[first]
-    out = pd.DataFrame(
-        {
-            "grid": ["x".join(map(str, d)) for d in dims[:, :3]],
-            "block": ["x".join(map(str, d)) for d in dims[:, 3:]],
+    category = classify_kernels(kernels.iloc[first])["category"].astype(str).to_numpy()
+    columns = {"category": category}
+    if by_shape:
+        columns |= {
+            "grid": ["x".join(map(str, d)) for d in shape[first, :3]],
+            "block": ["x".join(map(str, d)) for d in shape[first, 3:]],
         }
-        | {col: stats[stat] for col, stat in KERNEL_STAT_COLUMNS.items()},
-        index=index,
-    )
+    out = pd.DataFrame(columns | {col: stats[stat] for col, stat in KERNEL_STAT_COLUMNS.items()}, index=index)
     named = np.asarray(names.codes[first] >= 0)
     return kernel_table(out[named], top)
 

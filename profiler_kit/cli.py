@@ -236,15 +236,22 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
             click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
 
 
-def _one_trace(path: str):
+def _read_one(path: str, details: bool = False):
+    """The Trace of one trace file (``details``: launch shapes and short kernel names too)."""
     with importing():
-        from analyze.breakdown import analyze_trace
         from analyze.sources import Source, kind_of, read_trace
 
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
         raise InputError(f"{path}: not a trace file (.sqlite, .nsys-rep, .qdrep, .json[.gz])")
-    return analyze_trace(read_trace(Source(Path(path), kind), details=False))
+    return read_trace(Source(Path(path), kind), details=details)
+
+
+def _one_trace(path: str):
+    with importing():
+        from analyze.breakdown import analyze_trace
+
+    return analyze_trace(_read_one(path))
 
 
 def _print_table(df, fmt: str) -> None:
@@ -262,12 +269,27 @@ def _print_table(df, fmt: str) -> None:
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
-def kernels(path, top, fmt):
+@click.option("--by-shape", is_flag=True, help="One row per kernel name, grid and block, as nsys gpukernsum.")
+@click.option("--base", is_flag=True, help="Group by the short (base) kernel name, as nsys gpukernsum:base.")
+def kernels(path, top, fmt, by_shape, base):
     """Print the kernels of one trace by total GPU time (like nsys gpukernsum).
 
-    Example: profiler-kit kernels run.sqlite --top 10
+    Count, total, average, median, minimum, maximum and (sample) standard deviation of
+    the launches' GPU time per demangled kernel name; --by-shape splits each name by
+    grid and block dimensions and --base groups by short names, as gpukernsum's
+    rows and its :base option.
+
+    Example: profiler-kit kernels run.sqlite --top 10 --by-shape
     """
-    _print_table(_one_trace(path)["kernels"].head(top), fmt)
+    if not (by_shape or base):
+        _print_table(_one_trace(path)["kernels"].head(top), fmt)
+        return
+    with importing():
+        from analyze.breakdown import summarize_kernel_shapes
+
+    trace = _read_one(path, details=True)
+    name = "name" if base else "demangled_name"
+    _print_table(summarize_kernel_shapes(trace.kernels, name=name, by_shape=by_shape, top=top), fmt)
 
 
 @cli.command()
@@ -275,11 +297,45 @@ def kernels(path, top, fmt):
 @click.option("--top", type=click.IntRange(1), default=30, show_default=True, help="Rows to print.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
 def nvtx(path, top, fmt):
-    """Print the NVTX ranges of one trace with their projected GPU time.
+    """Print the NVTX ranges of one trace with their CPU time and projected GPU time.
+
+    Per range name: instances and CPU time (total, average, median, minimum, maximum,
+    standard deviation, as nsys nvtxsum), the projected GPU span, and the distinct kernels
+    launched inside (each once per name, as nvtxkernsum) with their time by category.
+    A row with an empty name holds the kernels launched outside every range; it is
+    printed whatever --top.
 
     Example: profiler-kit nvtx run.sqlite --format csv
     """
-    _print_table(_one_trace(path)["ranges"].head(top), fmt)
+    ranges = _one_trace(path)["ranges"]
+    outside = ranges["range"].isna().to_numpy()
+    if outside[top:].any():  # the unnamed row (last by CPU time) replaces the last one shown
+        shown = ranges[(ranges.index < top - 1) | outside]
+    else:
+        shown = ranges.head(top)
+    _print_table(shown, fmt)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+def api(path, top, fmt):
+    """Print the CUDA API calls (runtime and driver) of one trace by total CPU time (like nsys cudaapisum).
+
+    Per function: calls, total, average, median, minimum, maximum and (sample) standard
+    deviation of their duration, and the share of all API time. Kineto traces give their
+    cuda_runtime and cuda_driver events.
+
+    Example: profiler-kit api run.sqlite --top 10
+    """
+    with importing():
+        from analyze.api import summarize_api
+
+    table = summarize_api(_read_one(path).runtime, top=top)
+    if table.empty:
+        click.echo(f"{path}: no CUDA API calls recorded", err=True)
+    _print_table(table, fmt)
 
 
 @cli.command()
