@@ -671,8 +671,6 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         # other thread matches them (this one used to wait for them), given their count once they are.
         overview = summarize_trace(trace, ops) if "summary" in tables else None
         launched = side_launches.result()
-        if "api" in tables:  # the runtime table is here now (the launches needed it)
-            op_summaries["api"] = summarize_api(trace.runtime)
         if overview is not None:
             op_summaries["summary"] = overview.assign(launched_ops=len(launched))
         slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
@@ -697,6 +695,11 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
 
         side_pairs = pool.submit(pair_tables)
         side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
+
+        def api_tables() -> dict[str, pd.DataFrame]:
+            return {"api": summarize_api(trace.runtime)} if "api" in tables else {}
+
+        side_api = pool.submit(api_tables)  # last in the queue: the thread free first runs it
         projection = summarize_projection(trace.nvtx, attributed)
         kernel_time = taken_back(side_kernel_time, range_kernel_time, trace.nvtx, attributed)
 
@@ -714,7 +717,9 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
             "phases": phase_table,
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
-        out |= op_summaries | side.result()[0] | taken_back(side_pairs, pair_tables)
+        out |= op_summaries | side.result()[0]
+        out |= taken_back(side_api, api_tables)  # first: run here while the other thread may still sum the pairs
+        out |= taken_back(side_pairs, pair_tables)
     out |= {"ops": ops, "attributed": attributed, "projection": projection}
     return {name: out[name] for name in TABLES if name in tables}
 
