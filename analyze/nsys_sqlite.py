@@ -281,7 +281,17 @@ def _strings(exp: Export) -> pd.Series:
 
 def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Categorical:
     """Map StringIds ids to a categorical of names (unknown ids -> fallback), via codes not objects."""
-    inverse, uniq = pd.factorize(np.asarray(ids, dtype=np.int64), sort=True)  # hashing: faster than np.unique
+    ids = np.asarray(ids, dtype=np.int64)
+    high = int(ids.max()) if len(ids) else -1
+    if len(ids) and high < 4 * len(ids) + (1 << 20) and ids.min() >= 0:  # string ids are small: a table, no hashing
+        present = np.zeros(high + 1, dtype=bool)  # (1.4M runtime rows: 3-12 ms, against 50-100 for factorize)
+        present[ids] = True
+        uniq = np.flatnonzero(present)
+        lookup = np.zeros(high + 1, dtype=np.int32)
+        lookup[uniq] = np.arange(len(uniq), dtype=np.int32)
+        inverse = lookup[ids]
+    else:
+        inverse, uniq = pd.factorize(ids, sort=True)  # hashing: faster than np.unique
     names = pd.Index(strings.reindex(uniq).fillna(fallback).astype(str).to_numpy())
     codes, cats = pd.factorize(names)  # two ids may carry the same text
     return pd.Categorical.from_codes(codes[inverse], categories=cats)
