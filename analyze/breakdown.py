@@ -439,8 +439,8 @@ def summarize_range_kernels(
     """Per (range name, kernel name): range instances, kernel count, total ns (as ``nvtxkernsum``).
 
     ``count`` and ``total_ns`` are of distinct kernels: a kernel under two nested ranges of one name
-    counts once, in both (nsys 2022.4's Total Time adds it once per enclosing range; no export at hand
-    nests a name in itself). ``share_frac`` is the kernel's part of the kernel time summed in its
+    counts once, in both (nsys 2022.4's Kern Inst counts it once too, but its Total Time adds it once per
+    enclosing range: tests/test_nsys_parity.py wraps a range of a real export in a second one of its name). ``share_frac`` is the kernel's part of the kernel time summed in its
     range name. With ``ops`` (the GPU ops ``attributed`` was projected from), kernels launched outside
     every range come under a missing range name, with 0 range instances, as ``nvtxkernsum`` lists them.
     With ``group_emit_nvtx`` range names are grouped by ``base_range_names``.
@@ -533,17 +533,6 @@ def with_outside_kernels(pairs: pd.DataFrame, outside: pd.DataFrame) -> pd.DataF
             },
         }
     )
-
-
-def distinct_ops_per_pair(pair: np.ndarray, range_codes: np.ndarray, op_rows: np.ndarray, n: int) -> np.ndarray:
-    """Distinct ops per (range name, kernel) pair: ``count_distinct(pair, op_rows, n)``, faster in the usual case.
-
-    ``range_codes`` are each row's range name (-1: missing). An op has one kernel name, so a pair counts
-    an op twice only when two ranges of one name enclose it (a name nested in itself): ``repeated_pairs``
-    finds those rows, which count for nothing.
-    """
-    repeats = repeated_pairs(range_codes, op_rows)
-    return np.bincount(pair if repeats is None else pair[~repeats], minlength=n)
 
 
 # Ranges that mark training phases, by name. Not phases: emit_nvtx op ranges ("::", "op_id") and
