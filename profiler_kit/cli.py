@@ -270,7 +270,11 @@ def _print_table(df, fmt: str) -> None:
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
 @click.option("--by-shape", is_flag=True, help="One row per kernel name, grid and block, as nsys gpukernsum.")
-@click.option("--base", is_flag=True, help="Group by the short (base) kernel name, as nsys gpukernsum:base.")
+@click.option(
+    "--base",
+    is_flag=True,
+    help="Group by the short (base) kernel name, as nsys gpukernsum:base (Kineto records one name: the same).",
+)
 def kernels(path, top, fmt, by_shape, base):
     """Print the kernels of one trace by total GPU time (like nsys gpukernsum).
 
