@@ -10,7 +10,6 @@ nsys's bundled sqlite3: ``stdev`` of 1, 2, 3, 10 is 4.0825 (the population one w
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from analyze.projection import expand_slices, smallest_int
 
@@ -89,12 +88,3 @@ def middles(ordered: np.ndarray, start: np.ndarray, count: np.ndarray, codes: np
     first = np.concatenate(([0], np.cumsum(count[small])[:-1]))
     out[small] = (part[first + lo[small]] + part[first + hi[small]]) / 2
     return out
-
-
-def stats_frame(codes: np.ndarray, values: np.ndarray, n: int, unit: str = "ns", index=None) -> pd.DataFrame:
-    """``group_stats`` as columns count, total_<unit>, avg_<unit>, med_<unit>, min_<unit>, max_<unit>, std_<unit>."""
-    s = group_stats(codes, values, n)
-    return pd.DataFrame(
-        {"count": s["count"]} | {f"{k}_{unit}": s[k] for k in STAT_COLUMNS[1:]},
-        index=index,
-    )
