@@ -406,15 +406,22 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     skips.finish()
 
 
-def _one_trace(path: str):
+def _read_one(path: str, details: bool = False):
+    """The Trace of one trace file (``details``: launch shapes and short kernel names too)."""
     with importing():
-        from analyze.breakdown import analyze_trace
         from analyze.sources import Source, kind_of, read_trace
 
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
         raise InputError(f"{path}: not a trace file (.sqlite, .nsys-rep, .qdrep, .json[.gz])")
-    return analyze_trace(read_trace(Source(Path(path), kind), details=False))
+    return read_trace(Source(Path(path), kind), details=details)
+
+
+def _one_trace(path: str):
+    with importing():
+        from analyze.breakdown import analyze_trace
+
+    return analyze_trace(_read_one(path))
 
 
 def _print_table(df, fmt: str) -> None:
@@ -432,25 +439,99 @@ def _print_table(df, fmt: str) -> None:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
-def kernels(path, top, fmt):
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
+@click.option("--by-shape", is_flag=True, help="One row per kernel name, grid and block, as nsys gpukernsum.")
+@click.option(
+    "--base",
+    is_flag=True,
+    help="Group by the short (base) kernel name, as nsys gpukernsum:base (Kineto records one name: the same).",
+)
+def kernels(path, top, fmt, by_shape, base):
     """Print the kernels of one trace by total GPU time (like nsys gpukernsum).
 
-    Example: profiler-kit kernels run.sqlite --top 10
+    Count, total, average, median, minimum, maximum and (sample) standard deviation of
+    the launches' GPU time per demangled kernel name; --by-shape splits each name by
+    grid and block dimensions and --base groups by short names, as gpukernsum's
+    rows and its :base option.
+
+    Example: profiler-kit kernels run.sqlite --top 10 --by-shape
     """
-    _print_table(_one_trace(path)["kernels"].head(top), fmt)
+    if not (by_shape or base):
+        _print_table(_one_trace(path)["kernels"].head(top), fmt)
+        return
+    with importing():
+        from analyze.breakdown import summarize_kernel_shapes
+
+    trace = _read_one(path, details=True)
+    name = "name" if base else "demangled_name"
+    _print_table(summarize_kernel_shapes(trace.kernels, name=name, by_shape=by_shape, top=top), fmt)
 
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=30, show_default=True, help="Rows to print.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
 def nvtx(path, top, fmt):
-    """Print the NVTX ranges of one trace with their projected GPU time.
+    """Print the NVTX ranges of one trace with their CPU time and projected GPU time.
+
+    Per range name: instances and CPU time (total, average, median, minimum, maximum,
+    standard deviation, as nsys nvtxsum), the projected GPU span, and the distinct kernels
+    launched inside (each once per name, as nvtxkernsum) with their time by category.
+    A row with an empty name holds the kernels launched outside every range; it is
+    printed whatever --top.
 
     Example: profiler-kit nvtx run.sqlite --format csv
     """
-    _print_table(_one_trace(path)["ranges"].head(top), fmt)
+    ranges = _one_trace(path)["ranges"]
+    outside = ranges["range"].isna().to_numpy()
+    if outside[top:].any():  # the unnamed row (last by CPU time) replaces the last one shown
+        shown = ranges[(ranges.index < top - 1) | outside]
+    else:
+        shown = ranges.head(top)
+    _print_table(shown, fmt)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
+def api(path, top, fmt):
+    """Print the CUDA API calls (runtime and driver) of one trace by total CPU time (like nsys cudaapisum).
+
+    Per function: calls, total, average, median, minimum, maximum and (sample) standard
+    deviation of their duration, and the share of all API time. Kineto traces give their
+    cuda_runtime and cuda_driver events.
+
+    Example: profiler-kit api run.sqlite --top 10
+    """
+    with importing():
+        from analyze.api import summarize_api
+
+    table = summarize_api(_read_one(path).runtime, top=top)
+    if table.empty:
+        click.echo(f"{path}: no CUDA API calls recorded", err=True)
+    _print_table(table, fmt)
 
 
 @cli.command()
@@ -507,8 +588,20 @@ def _default_device() -> str:
 @click.argument("workload", metavar="WORKLOAD")
 @click.option("--ctx", type=click.IntRange(1), default=512, show_default=True, help="Context length (LM sizes).")
 @click.option("--batch", type=click.IntRange(1), default=None, help="Batch size [default: 4; attention 8].")
-@click.option("--mode", type=click.Choice(["forward", "forward_backward", "train"]), default="train", show_default=True)
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["forward", "forward_backward", "train"]),
+    default="train",
+    show_default=True,
+    help="What each step runs (train adds the optimizer).",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="fp32, or bf16/fp16 autocast.",
+)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
 @click.option(
     "--attention",
@@ -527,7 +620,13 @@ def _default_device() -> str:
 @click.option("--nproc", type=click.IntRange(1), default=2, show_default=True, help="ddp: processes.")
 @click.option("--sharded", is_flag=True, help="ddp: ZeRO-1 sharded optimizer.")
 @click.option("--ddp-size", default="small", show_default=True, help="ddp: model size.")
-@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="auto", show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nsys", "torch", "none"]),
+    default="auto",
+    show_default=True,
+    help="Profiler: nsys, the PyTorch profiler, none (timings only); auto picks nsys when it can trace.",
+)
 @click.option(
     "--memory",
     is_flag=True,
@@ -537,7 +636,14 @@ def _default_device() -> str:
 @click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps.")
 @click.option("--calibrate", is_flag=True, help="Measure this GPU's GEMM TFLOP/s and copy bandwidth first.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available, else cpu, said on stderr].")
-@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs"), show_default=True)
+@click.option(
+    "-o",
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("outputs"),
+    show_default=True,
+    help="Folder that gets outputs/<run_id>/.",
+)
 def record(
     workload,
     ctx,
@@ -659,20 +765,37 @@ def _csv_list(cast):
 
 
 @cli.command()
-@click.option("--sizes", default="small,medium,large,xl,2.7B", show_default=True, callback=_csv_list(str))
-@click.option("--ctx", "ctxs", default="128,256,512,1024", show_default=True, callback=_csv_list(int))
-@click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str))
-@click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str))
-@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="torch", show_default=True)
-@click.option("--steps", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True)
-@click.option("--batch", type=click.IntRange(1), default=4, show_default=True)
+@click.option(
+    "--sizes", default="small,medium,large,xl,2.7B", show_default=True, callback=_csv_list(str), help="Model sizes."
+)
+@click.option(
+    "--ctx", "ctxs", default="128,256,512,1024", show_default=True, callback=_csv_list(int), help="Context lengths."
+)
+@click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str), help="Step modes.")
+@click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str), help="Precisions.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nsys", "torch", "none"]),
+    default="torch",
+    show_default=True,
+    help="Profiler of each cell (as record).",
+)
+@click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed steps per cell.")
+@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps per cell.")
+@click.option("--batch", type=click.IntRange(1), default=4, show_default=True, help="Batch size.")
 @click.option("--memory", is_flag=True, help="A CUDA memory snapshot per cell.")
 @click.option("--timeout", type=click.IntRange(1), default=1800, show_default=True, help="Seconds per cell.")
 @click.option("--resume", is_flag=True, help="Keep cells whose run.json already says ok or oom.")
 @click.option("--calibrate", is_flag=True, help="First measure this GPU's ceilings into OUT_DIR/calibration.json.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
-@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs/sweep"), show_default=True)
+@click.option(
+    "-o",
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("outputs/sweep"),
+    show_default=True,
+    help="Folder of the sweep: one run folder per cell.",
+)
 def sweep(
     sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, resume, calibrate, device, out_dir
 ):

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from profiler_kit.cli import cli
+from profiler_kit.report import file_key
 from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys, shared_dir
 
 CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
@@ -93,7 +94,7 @@ def test_report_on_real_exports_names_top_kernel(tmp_path):
     for export in sorted(REAL_EXPORTS.glob("*.sqlite")):
         top = _top_kernel(export)
         if top is not None:
-            table = tmp_path / f"report.{export.name}_top_kernels.csv"
+            table = tmp_path / f"report.{file_key(export.name + '_top_kernels', '')}.csv"
             with table.open(newline="") as fh:
                 assert next(csv.DictReader(fh))["kernel"] == top, export.name
             checked += 1
