@@ -365,11 +365,38 @@ def summarize_timeline(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.
     return pd.DataFrame(out)
 
 
-def find_peak(timeline: pd.DataFrame, column: str = "allocated_bytes") -> dict:
-    """The first event at which ``column`` is highest: its row index, seq, time and value."""
-    i = int(np.argmax(timeline[column].to_numpy()))
+def levels_before_trace(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame) -> dict:
+    """Allocated, requested and reserved bytes before the first recorded event (the blocks and segments that
+    predate it): the level a trace starts from, which the first event may lower (a free, a segment_free)."""
+    before = allocs["alloc_seq"].to_numpy() < 0
+    action = events["action"].astype(str).to_numpy()
+    size = events["size_bytes"].to_numpy()
+    grown = size[np.isin(action, ["segment_alloc", "segment_map"])].sum()
+    shrunk = size[np.isin(action, ["segment_free", "segment_unmap"])].sum()
+    return {
+        "allocated_bytes": int(allocs["size_bytes"].to_numpy()[before].sum()),
+        "requested_bytes": int(allocs["requested_bytes"].to_numpy()[before].sum()),
+        "reserved_bytes": int(segments["total_size_bytes"].sum() - grown + shrunk),
+    }
+
+
+def find_peak(timeline: pd.DataFrame, column: str = "allocated_bytes", before: dict | None = None) -> dict:
+    """The first event at which ``column`` is highest: its row index, seq, time and value.
+
+    With ``before`` (``levels_before_trace``), a level before the first event that is
+    at least as high as every later one is the peak (it was reached first): index -1, seq one before the first event's,
+    the first event's time (the level held until then), ``before_first_event`` True.
+    """
+    values = timeline[column].to_numpy()
+    if not len(values) or (before is not None and before[column] >= values.max() and before[column] > 0):
+        first = timeline.iloc[0] if len(values) else {"seq": 0, "time_ns": -1}
+        value = before[column] if before is not None else 0
+        return {"index": -1, "seq": int(first["seq"]) - 1, "time_ns": int(first["time_ns"]), "bytes": int(value),
+                "before_first_event": True}  # fmt: skip
+    i = int(np.argmax(values))
     row = timeline.iloc[i]
-    return {"index": i, "seq": int(row["seq"]), "time_ns": int(row["time_ns"]), "bytes": int(row[column])}
+    return {"index": i, "seq": int(row["seq"]), "time_ns": int(row["time_ns"]), "bytes": int(row[column]),
+            "before_first_event": False}  # fmt: skip
 
 
 def live_at(allocs: pd.DataFrame, seq: int) -> pd.DataFrame:
@@ -485,12 +512,14 @@ def timeline_by(
             continue
         level = _levels(sub["alloc_seq"].to_numpy(), sub["free_seq"].to_numpy(), sub["size_bytes"].to_numpy(), seq0, n)
         parts.append(pd.DataFrame({"event": idx, "time_ns": t_rel[idx], key: name, "allocated_bytes": level[idx]}))
+    if not parts:
+        return pd.DataFrame({"event": idx, "time_ns": t_rel[idx], key: "other", "allocated_bytes": 0})
     return pd.concat(parts, ignore_index=True)
 
 
 @dataclass
 class MemoryAnalysis:
-    """Everything the memory report shows for one device of one snapshot."""
+    """Everything the memory report shows for one device of one snapshot with allocation history."""
 
     device: int
     allocations: pd.DataFrame
@@ -500,11 +529,16 @@ class MemoryAnalysis:
     peak_reserved: dict
     live_at_peak: pd.DataFrame
     segments_summary: pd.DataFrame
+    start: dict = field(default_factory=dict)  # levels before the first event (levels_before_trace)
+    ooms: list = field(default_factory=list)  # analyze_oom per oom entry
+    segment_table: pd.DataFrame = field(default_factory=pd.DataFrame)  # summarize_segment_table at dump
     extra: dict = field(default_factory=dict)
 
     @property
     def fragmentation_at_peak_bytes(self) -> int:
         """Reserved minus allocated at the allocated peak: memory held by the cache but not in use."""
+        if self.peak_allocated["index"] < 0:
+            return int(self.start["reserved_bytes"] - self.start["allocated_bytes"])
         row = self.timeline.iloc[self.peak_allocated["index"]]
         return int(row["reserved_bytes"] - row["allocated_bytes"])
 
@@ -516,25 +550,244 @@ def analyze_snapshot(snap: MemorySnapshot, device: int | None = None) -> MemoryA
     allocs, checks = replay_allocations(one)
     allocs = classify_allocations(allocs, one.stacks)
     timeline = summarize_timeline(allocs, one.events, one.segments)
-    peak = find_peak(timeline)
-    return MemoryAnalysis(
+    start = levels_before_trace(allocs, one.events, one.segments)
+    peak = find_peak(timeline, before=start)
+    out = MemoryAnalysis(
         device=device,
         allocations=allocs,
         timeline=timeline,
         checks=checks,
         peak_allocated=peak,
-        peak_reserved=find_peak(timeline, "reserved_bytes"),
+        peak_reserved=find_peak(timeline, "reserved_bytes", before=start),
         live_at_peak=live_at(allocs, peak["seq"]),
         segments_summary=summarize_segments(one.segments, one.blocks),
+        start=start,
+        segment_table=summarize_segment_table(one.segments, one.blocks),
     )
+    out.ooms = [analyze_oom(one, oom, out) for oom in one.ooms.to_dict("records")]
+    return out
+
+
+def summarize_segment_table(segments: pd.DataFrame, blocks: pd.DataFrame) -> pd.DataFrame:
+    """One row per segment at dump time, largest first: reserved, allocated, pending and free bytes, the
+    largest free (inactive) block, and the block counts. The largest free block bounds the largest request
+    the segment could serve without a new cudaMalloc."""
+    st = blocks["state"].astype(str)
+    size = blocks["size_bytes"]
+    g = blocks.assign(
+        allocated=size.where(st == "active_allocated", 0),
+        pending=size.where(st == "active_pending_free", 0),
+        free=size.where(st == "inactive", 0),
+        n_alloc=(st == "active_allocated").astype(np.int64),
+    ).groupby("segment_address")
+    agg = pd.DataFrame(
+        {
+            "allocated_bytes": g["allocated"].sum(),
+            "pending_free_bytes": g["pending"].sum(),
+            "free_bytes": g["free"].sum(),
+            "largest_free_block_bytes": g["free"].max(),
+            "blocks": g.size(),
+            "allocated_blocks": g["n_alloc"].sum(),
+        }
+    )
+    out = pd.DataFrame(
+        {
+            "address": segments["address"].to_numpy(),
+            "pool": segments["segment_type"].astype(str).to_numpy(),
+            "stream": segments["stream"].to_numpy(),
+            "reserved_bytes": segments["total_size_bytes"].to_numpy(),
+        }
+    ).join(agg, on="address")
+    out = out.fillna(0).astype({c: np.int64 for c in agg.columns})
+    return out.sort_values(["reserved_bytes", "address"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class DumpState:
+    """What a snapshot without allocation history shows for one device: the state at dump time."""
+
+    device: int
+    live: pd.DataFrame  # active_allocated blocks as allocations (size_bytes, requested_bytes, top_frame, category)
+    segment_table: pd.DataFrame
+    segments_summary: pd.DataFrame
+    totals: dict
+    ooms: list = field(default_factory=list)
+
+
+def analyze_dump_state(snap: MemorySnapshot, device: int) -> DumpState:
+    """Allocated and reserved bytes per segment and block at dump time, blocks classified by their frames."""
+    one = snap.on_device(device)
+    b = one.blocks[one.blocks["state"].astype(str) == "active_allocated"]
+    live = pd.DataFrame(
+        {
+            "address": b["address"].to_numpy(),
+            "size_bytes": b["size_bytes"].to_numpy(),
+            "requested_bytes": b["requested_size_bytes"].to_numpy(),
+            "stack_id": b["stack_id"].to_numpy(),
+            "free_stack_id": np.full(len(b), -1, dtype=np.int64),
+            "top_frame": b["top_frame"].astype(str).to_numpy(),
+            "alloc_seq": np.full(len(b), -1, dtype=np.int64),
+            "free_seq": np.full(len(b), NEVER, dtype=np.int64),
+            "time_ns": np.full(len(b), -1, dtype=np.int64),
+            "origin": "live at dump",
+        }
+    )
+    live = classify_allocations(live, one.stacks)
+    table = summarize_segment_table(one.segments, one.blocks)
+    reserved = int(table["reserved_bytes"].sum())
+    allocated = int(live["size_bytes"].sum())
+    totals = {
+        "segments": len(table),
+        "reserved_bytes": reserved,
+        "allocated_bytes": allocated,
+        "requested_bytes": int(live["requested_bytes"].sum()),
+        "pending_free_bytes": int(table["pending_free_bytes"].sum()),
+        "free_bytes": int(table["free_bytes"].sum()),
+        "cached_unallocated_bytes": reserved - allocated,
+        "largest_free_block_bytes": int(table["largest_free_block_bytes"].max()) if len(table) else 0,
+        "blocks_with_frames": int((live["stack_id"] >= 0).sum()),
+        "blocks": len(live),
+    }
+    out = DumpState(device, live, table, summarize_segments(one.segments, one.blocks), totals)
+    out.ooms = [analyze_oom(one, oom, None) for oom in one.ooms.to_dict("records")]
+    return out
+
+
+SMALL_SEGMENT = 2 << 20  # kSmallBuffer: every small-pool segment is this size
+
+
+def free_blocks_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame, seq: int) -> pd.DataFrame:
+    """The free gaps of every segment right after event ``seq``, rebuilt from the replay.
+
+    Segments: those at dump time with the trace's segment events undone, then
+    replayed up to ``seq``. A block occupies its segment from its alloc to its free
+    (requested; the allocator completes pending frees before it reports an OOM).
+    Returns ``segment_address``, ``segment_bytes``, ``gap_bytes`` per gap.
+    """
+    segs = _initial_segments(events, segments)
+    ev = events[(events["seq"] <= seq) & events["action"].isin(["segment_alloc", "segment_free"])]
+    for action, addr, size in zip(
+        ev["action"].astype(str), ev["addr"].tolist(), ev["size_bytes"].tolist(), strict=True
+    ):
+        if action == "segment_alloc":
+            segs[addr] = size
+        else:
+            segs.pop(addr, None)
+    if not segs:
+        return pd.DataFrame({"segment_address": [], "segment_bytes": [], "gap_bytes": []}, dtype=np.int64)
+    starts = np.array(sorted(segs), dtype=np.int64)
+    sizes = np.array([segs[a] for a in starts.tolist()], dtype=np.int64)
+    live = live_at(allocs, seq)
+    addr = live["address"].to_numpy()
+    j = np.searchsorted(starts, addr, side="right") - 1
+    inside = (j >= 0) & (addr < starts[np.maximum(j, 0)] + sizes[np.maximum(j, 0)])
+    # each segment contributes its start and end as zero-size blocks; gaps lie between consecutive blocks
+    b_seg = np.concatenate([j[inside], np.arange(len(starts)), np.arange(len(starts))])
+    b_start = np.concatenate([addr[inside], starts, starts + sizes])
+    b_end = np.concatenate([addr[inside] + live["size_bytes"].to_numpy()[inside], starts, starts + sizes])
+    order = np.lexsort((b_start, b_seg))
+    b_seg, b_start, b_end = b_seg[order], b_start[order], b_end[order]
+    same = b_seg[1:] == b_seg[:-1]
+    gap = b_start[1:] - np.maximum.accumulate(b_end)[:-1]
+    keep = same & (gap > 0)
+    return pd.DataFrame(
+        {"segment_address": starts[b_seg[1:][keep]], "segment_bytes": sizes[b_seg[1:][keep]], "gap_bytes": gap[keep]}
+    )
+
+
+# What an OOM was, from the request and the free memory then; first match wins. n: requested, device_free,
+# cached_free (reserved - allocated), largest_free (largest free block in a segment of the request's pool).
+OOM_VERDICTS = (
+    # verdict           condition                                                     explanation
+    ("free block fit", lambda n: n["largest_free"] >= n["requested"],
+     "a free cached block was large enough; it belonged to another stream or memory pool"),
+    ("device had room", lambda n: n["device_free"] >= n["requested"],
+     "the device reported enough free memory; the allocator asks for a rounded-up segment, or a per-process "
+     "memory fraction capped it"),
+    ("fragmentation", lambda n: n["device_free"] + n["cached_free"] >= n["requested"],
+     "free memory in total covered the request, but split: no cached free block and not the device's free "
+     "memory alone was large enough"),
+    ("shortage", lambda n: True, "even with every cached but unallocated byte free, the device lacked memory"),
+)  # fmt: skip
+
+
+def analyze_oom(one: MemorySnapshot, oom: dict, analysis: MemoryAnalysis | None) -> dict:
+    """An ``oom`` entry explained: the request, free device memory, allocated and reserved bytes then,
+    what was live (from the replay; without history, the blocks at dump time), the largest free block
+    of the pool the request needed, and a verdict from OOM_VERDICTS."""
+    seq = int(oom["seq"])
+    requested = int(oom["size_bytes"])
+    if analysis is not None:
+        allocs, tl = analysis.allocations, analysis.timeline
+        row = tl.index[tl["seq"].to_numpy() == seq][0]
+        allocated, reserved = int(tl.at[row, "allocated_bytes"]), int(tl.at[row, "reserved_bytes"])
+        live = live_at(allocs, seq)
+        gaps = free_blocks_at(allocs, one.events, one.segments, seq)
+        source = "replay"
+    else:
+        state = one.blocks
+        live = None
+        allocated = int(state.loc[state["state"].astype(str) == "active_allocated", "size_bytes"].sum())
+        reserved = int(one.segments["total_size_bytes"].sum())
+        inactive = state[state["state"].astype(str) == "inactive"]
+        sizes = inactive["segment_address"].map(
+            dict(zip(one.segments["address"], one.segments["total_size_bytes"], strict=True))
+        )
+        gaps = pd.DataFrame({"segment_bytes": sizes.to_numpy(), "gap_bytes": inactive["size_bytes"].to_numpy()})
+        source = "dump"
+    pool = gaps["segment_bytes"] > SMALL_SEGMENT if requested > KSMALL_SIZE else gaps["segment_bytes"] == SMALL_SEGMENT
+    largest_free = int(gaps.loc[pool, "gap_bytes"].max()) if pool.any() else 0
+    names = {
+        "requested": requested,
+        "device_free": int(oom["device_free_bytes"]),
+        "cached_free": reserved - allocated,
+        "largest_free": largest_free,
+    }
+    verdict, _, why = next(v for v in OOM_VERDICTS if v[1](names))
+    return {
+        "seq": seq,
+        "time_ns": int(oom["time_ns"]),
+        "requested_bytes": requested,
+        "device_free_bytes": names["device_free"],
+        "allocated_bytes": allocated,
+        "reserved_bytes": reserved,
+        "cached_free_bytes": names["cached_free"],
+        "largest_free_block_bytes": largest_free,
+        "short_bytes": max(0, requested - names["device_free"] - names["cached_free"]),
+        "verdict": verdict,
+        "why": why,
+        "top_frame": str(oom["top_frame"]),
+        "stack_id": int(oom["stack_id"]),
+        "source": source,
+        "live": live,
+    }
+
+
+def compare_live(base: pd.DataFrame, other: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Live bytes per ``key`` in two states (each at its peak), the change, largest change first."""
+    a = base.groupby(key, observed=True)["size_bytes"].sum()
+    b = other.groupby(key, observed=True)["size_bytes"].sum()
+    out = pd.DataFrame({"base_bytes": a, "other_bytes": b}).fillna(0).astype(np.int64)
+    out["delta_bytes"] = out["other_bytes"] - out["base_bytes"]
+    out = out.reset_index().rename(columns={"index": key})
+    order = np.lexsort((out[key].astype(str).to_numpy(), -out["delta_bytes"].abs().to_numpy()))
+    return out.iloc[order].reset_index(drop=True)
 
 
 __all__ = [
     "CATEGORIES",
     "CATEGORY_RULES",
     "NO_FRAMES",
+    "OOM_VERDICTS",
+    "DumpState",
     "MemoryAnalysis",
+    "analyze_dump_state",
+    "analyze_oom",
     "analyze_snapshot",
+    "compare_live",
+    "free_blocks_at",
+    "levels_before_trace",
+    "summarize_segment_table",
     "classify_allocations",
     "downsample_indices",
     "find_peak",

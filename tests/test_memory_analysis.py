@@ -42,7 +42,13 @@ def test_known_peak_exact(known):
         20 * MiB - MiB // 2 + 1000
     ] + [1000, 1000, 1512]
     assert tl["reserved_bytes"].tolist() == [20 * MiB, 20 * MiB, 22 * MiB, 22 * MiB, 22 * MiB, 22 * MiB, 22 * MiB]
-    assert known.peak_allocated == {"index": 3, "seq": 3, "time_ns": 13_000, "bytes": 20 * MiB + 1024}
+    assert known.peak_allocated == {
+        "index": 3,
+        "seq": 3,
+        "time_ns": 13_000,
+        "bytes": 20 * MiB + 1024,
+        "before_first_event": False,
+    }
     assert known.peak_reserved["bytes"] == 22 * MiB
     assert known.fragmentation_at_peak_bytes == 2 * MiB - 1024
     assert sorted(known.live_at_peak["address"].tolist()) == [S, T]
