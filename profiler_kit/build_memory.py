@@ -127,9 +127,10 @@ def _first_time(timeline: pd.DataFrame) -> int:
 def _when(a: MemoryAnalysis, seq: int, time_ns: int, index: int) -> str:
     """Where event ``seq`` sits, always with a time: ms after the first event, or why there is none."""
     n = a.checks["events"]
-    if index < 0:
-        return f"before the first of the {n:,} recorded events (the level the trace starts from)"
     first = _first_time(a.timeline)
+    if index < 0:
+        times = "" if time_ns >= 0 and first >= 0 else "; the trace records no times"
+        return f"before the first of the {n:,} recorded events (the level the trace starts from{times})"
     if time_ns >= 0 and first >= 0:
         return f"at event {seq:,} of {n:,}, {_ms(time_ns - first)} after the first event"
     return f"at event {seq:,} of {n:,} (the trace records no times: torch before 2.1 wrote none)"

@@ -285,14 +285,16 @@ def nvtx(path, top, fmt):
 @cli.command()
 @click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
 @output_options("memory")
-def memory(snapshots, out_dir, fmt, no_html, top, stem):
+@click.option("--label", "labels", multiple=True, help="Name of each snapshot, in order (one per file found).")
+def memory(snapshots, out_dir, fmt, no_html, top, stem, labels):
     """Explain peak GPU memory from torch.cuda.memory snapshots (.pickle, .pkl, .pickle.gz).
 
     Replays each snapshot's allocation trace: peak allocated and reserved and
     when, what is live at the peak by category, source line and size, the
     largest allocations, segments at dump time, and an interactive timeline.
     Several snapshots also get a comparison table (size, ctx, mode, precision
-    from file names or a run.json / <stem>.json beside the file). Directories
+    from a run.json / <stem>.json beside the file; names from --label, else
+    the run id there, else the file name). Directories
     are searched recursively. Snapshots are read without running code.
 
     Writes <stem>.md and <stem>.html (default stem "memory", default folder
@@ -307,7 +309,7 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem):
     paths = find_snapshots(list(snapshots))
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
-    report = build_memory_report(load_snapshots(paths), top=top)
+    report = build_memory_report(load_snapshots(paths, list(labels) or None), top=top)
     files = render_report_files(report, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or Path("reports") / "memory", files))
 

@@ -74,3 +74,64 @@ def load_fixture(path: Path) -> dict:
     from analyze.memory_snapshot import load_snapshot_dict
 
     return load_snapshot_dict(path)
+
+
+def segment(addr: int, blocks: list[tuple[int, str, list]], device: int = 0, pool: str = "large", **extra) -> dict:
+    """A segment dict as torch writes it: blocks laid out from ``addr`` in order, (size, state, frames) each."""
+    out, offset = [], addr
+    for size, state, frames in blocks:
+        requested = size - 8 if state == "active_allocated" else 0
+        out.append({"address": offset, "size": size, "requested_size": requested, "state": state, "frames": frames})
+        offset += size
+    allocated = sum(b["size"] for b in out if b["state"] == "active_allocated")
+    return {
+        "device": device, "address": addr, "total_size": offset - addr, "allocated_size": allocated,
+        "active_size": allocated, "requested_size": sum(b["requested_size"] for b in out), "stream": 0,
+        "segment_type": pool, "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": out, **extra,
+    }  # fmt: skip
+
+
+def segments_only_snapshot(n: int = 1457, devices: int = 1) -> dict:
+    """What _dump_snapshot writes when history was never recorded: segments (blocks without frames), empty traces.
+
+    Segment i on device d: 20 MiB with an allocated block of (i % 7 + 1) MiB, a free gap of 1 MiB, another
+    allocated block of 2 MiB, the rest free; every 5th segment is a 2 MiB small-pool one with one 512-byte block.
+    """
+    segs = []
+    for d in range(devices):
+        for i in range(n):
+            addr = (d + 1 << 44) + i * (32 * MiB)
+            if i % 5 == 4:
+                segs.append(segment(addr, [(512, "active_allocated", []), (2 * MiB - 512, "inactive", [])], d, "small"))
+                continue
+            a = (i % 7 + 1) * MiB
+            blocks = [(a, "active_allocated", []), (MiB, "inactive", []), (2 * MiB, "active_allocated", [])]
+            segs.append(segment(addr, blocks + [(20 * MiB - a - 3 * MiB, "inactive", [])], d))
+    return {"segments": segs, "device_traces": [[] for _ in range(devices)], "allocator_settings": {}}
+
+
+G = 1 << 30
+A = 1 << 42  # a 1 GiB large-pool segment
+
+
+def oom_snapshot(device_free: int) -> dict:
+    """A trace that ends in an OOM, laid out as the allocator records it.
+
+    A 1 GiB segment holds a 600 MiB block (freed) and a 300 MiB block (live); a
+    request of 800 MiB then finds no free block (600 and 124 MiB), cudaMalloc
+    fails, and the oom entry carries ``device_free`` (no ``addr``). Allocated at the
+    OOM: 300 MiB; reserved 1 GiB; cached but unallocated 724 MiB.
+    """
+    big = [USER, TORCH]
+    trace = [
+        event("segment_alloc", A, G, 100),
+        event("alloc", A, 600 * MiB, 101, big),
+        event("alloc", A + 600 * MiB, 300 * MiB, 102, big),
+        event("free_requested", A, 600 * MiB, 103, big),
+        event("free_completed", A, 600 * MiB, 104, big),
+        {"action": "oom", "device_free": device_free, "size": 800 * MiB, "stream": 0, "time_us": 105, "frames": big},
+    ]
+    blocks = [(600 * MiB, "inactive", []), (300 * MiB, "active_allocated", big), (124 * MiB, "inactive", [])]
+    segs = [segment(A, blocks)]
+    segs[0]["blocks"][1]["requested_size"] = 300 * MiB
+    return {"segments": segs, "device_traces": [trace], "allocator_settings": {}, "external_annotations": []}

@@ -66,11 +66,14 @@ def figure_json(fig: Figure) -> dict:
     """The plotly.js figure (data and layout) for one Figure spec, values scaled to display units."""
     df = fig.df
     y_title, y_div = display_column(fig.y)
-    x_title, _ = display_column(fig.x)
+    x_title, x_div = display_column(fig.x)  # the axis title names a unit: its values are scaled to it
     groups = [(None, df)] if fig.color is None else list(df.groupby(fig.color, sort=False, observed=True))
     traces = []
     for name, part in groups:
-        x, y = json_values(part[fig.x]), json_values(part[fig.y] / y_div)
+        xs = part[fig.x]
+        if x_div != 1.0 and pd.api.types.is_numeric_dtype(xs) and not pd.api.types.is_bool_dtype(xs):
+            xs = xs / x_div
+        x, y = json_values(xs), json_values(part[fig.y] / y_div)
         trace = {} if name is None else {"name": str(name)}
         if fig.kind in ("bar", "stacked_bar"):
             xy = dict(x=y, y=x) if fig.orientation == "h" else dict(x=x, y=y)
