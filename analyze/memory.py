@@ -18,7 +18,6 @@ reserved for pending stream uses until ``free_completed``).
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -49,6 +48,15 @@ CATEGORY_RULES = (  # first match wins
 )  # fmt: skip
 CATEGORIES = ("parameters", "gradients", "optimizer state", "activations/temporaries", "other")
 _CATEGORY_RE = [(c, r, site, re.compile(p, re.M)) for c, r, site, p in CATEGORY_RULES]
+
+
+def text_values(series: pd.Series) -> np.ndarray:
+    """A column of names as a numpy object array. For a categorical, its categories taken by code: pandas'
+    ``astype(str)`` builds an Arrow string per row (2-3 s for the columns of a 1M-event trace)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        cats = np.asarray(series.cat.categories.astype(object).tolist() + [""], dtype=object)
+        return cats[series.cat.codes.to_numpy()]  # code -1 (missing) takes the appended ""
+    return series.to_numpy(dtype=object)
 
 
 def round_size(size: np.ndarray) -> np.ndarray:
@@ -93,6 +101,30 @@ def _initial_segments(events: pd.DataFrame, segments: pd.DataFrame) -> dict[int,
     return segs
 
 
+def _lifetimes(starts_addr, starts_t, ends_addr, ends_t) -> np.ndarray:
+    """For each start (address, time), the time of the next end at the same address after it; NEVER if none."""
+    addr = np.concatenate([starts_addr, ends_addr])
+    t = np.concatenate([starts_t, ends_t])
+    is_end = np.concatenate([np.zeros(len(starts_addr), bool), np.ones(len(ends_addr), bool)])
+    order = np.lexsort((is_end, t, addr))  # at one time a start sorts before an end
+    a, tt, e = addr[order], t[order], is_end[order]
+    nxt = np.full(len(order), NEVER, dtype=np.int64)
+    ok = np.zeros(len(order), bool)
+    ok[:-1] = (a[1:] == a[:-1]) & e[1:]
+    nxt[:-1] = np.where(ok[:-1], tt[1:], NEVER)
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = nxt
+    return out[: len(starts_addr)]
+
+
+def _latest_at(keys: np.ndarray, rank: np.ndarray, t: np.ndarray, m: int) -> np.ndarray:
+    """Index into ``keys`` (rank * m + start + 1, sorted) of the latest entry with rank ``rank`` that starts at or
+    before ``t``; -1 where there is none."""
+    pos = np.searchsorted(keys, rank * m + t + 1, side="right") - 1
+    ok = (pos >= 0) & (keys[np.maximum(pos, 0)] // m == rank)
+    return np.where(ok, pos, -1)
+
+
 def _block_sizes(
     events: pd.DataFrame, rounded: np.ndarray, initial_live: list[int], initial_segs: dict[int, int], expandable: bool
 ) -> tuple[np.ndarray, int]:
@@ -101,61 +133,82 @@ def _block_sizes(
     Small-pool blocks and expandable segments always split, so the block is the
     rounded request. A large-pool block starts a free region that ends at the
     next live block or the segment end; it is split only when more than 1 MiB
-    would remain.
+    would remain. Vectorized over lifetimes (time = row of ``events``): segments
+    live from their segment_alloc to their segment_free, large blocks from their
+    alloc to the next large free_completed of their address or their segment's
+    end. Each alloc then looks for the lowest address above it, within its
+    segment and the 1 MiB that decides the split, whose latest block is live:
+    one numpy pass per distinct address it steps over.
     """
-    out = np.where(events["action"].to_numpy() == "alloc", rounded, 0)
-    large = (events["action"].to_numpy() == "alloc") & (rounded > KSMALL_SIZE)
+    action = text_values(events["action"])
+    is_alloc = action == "alloc"
+    out = np.where(is_alloc, rounded, 0)
+    large = is_alloc & (rounded > KSMALL_SIZE)
     if expandable or not large.any():
         return out, 0
-    seg_starts = sorted(initial_segs)
-    seg_size = dict(initial_segs)
-    seg_live: dict[int, list[int]] = {start: [] for start in seg_starts}  # live block starts per segment
+    n = len(events)
+    m = n + 2
+    addr = events["addr"].to_numpy()
+    sizes = events["size_bytes"].to_numpy()
+    # segment lifetimes: those before the trace from time -1, then each segment_alloc; each ends at its segment_free
+    sa, sf = np.flatnonzero(action == "segment_alloc"), np.flatnonzero(action == "segment_free")
+    init = np.array(sorted(initial_segs), dtype=np.int64)
+    s_addr = np.concatenate([init, addr[sa]])
+    s_size = np.concatenate([np.array([initial_segs[a] for a in init.tolist()], dtype=np.int64), sizes[sa]])
+    s_from = np.concatenate([np.full(len(init), -1, dtype=np.int64), sa])
+    s_to = _lifetimes(s_addr, s_from, addr[sf], sf)
+    s_order = np.lexsort((s_from, s_addr))
+    s_addr, s_size, s_from, s_to = s_addr[s_order], s_size[s_order], s_from[s_order], s_to[s_order]
+    s_uniq, s_rank = np.unique(s_addr, return_inverse=True)
+    s_keys = s_rank * m + s_from + 1
 
-    def segment_of(addr: int) -> int | None:
-        j = bisect.bisect_right(seg_starts, addr) - 1
-        return seg_starts[j] if j >= 0 and addr < seg_starts[j] + seg_size[seg_starts[j]] else None
+    def segment_at(a: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Row of the segment lifetime that holds address ``a`` at time ``t``; -1 where none does."""
+        r = np.searchsorted(s_uniq, a, side="right") - 1
+        j = np.where(r >= 0, _latest_at(s_keys, np.maximum(r, 0), t, m), -1)
+        js = np.maximum(j, 0)
+        ok = (j >= 0) & (s_to[js] > t) & (a < s_addr[js] + s_size[js])
+        j = np.where(ok, j, -1)
+        for q in np.flatnonzero(~ok).tolist():  # a segment further down that reaches this high: search them all
+            hit = np.flatnonzero((s_addr <= a[q]) & (a[q] < s_addr + s_size) & (s_from <= t[q]) & (s_to > t[q]))
+            j[q] = hit[-1] if len(hit) else -1
+        return j
 
-    for addr in initial_live:
-        seg = segment_of(addr)
-        if seg is not None:
-            bisect.insort(seg_live[seg], addr)
-    unknown = 0
-    action_arr = events["action"].astype(str).to_numpy()
-    # small-pool blocks sit in small-pool segments, so they never bound a large block: skip their events
-    keep = np.flatnonzero(
-        large
-        | ((action_arr == "free_completed") & (rounded > KSMALL_SIZE))
-        | np.isin(action_arr, ["segment_alloc", "segment_free"])
-    )
-    actions = action_arr[keep].tolist()
-    addrs = events["addr"].to_numpy()[keep].tolist()
-    sizes = events["size_bytes"].to_numpy()[keep].tolist()
-    for i, action, addr, size in zip(keep.tolist(), actions, addrs, sizes, strict=True):
-        if action == "alloc":
-            seg = segment_of(addr)
-            if seg is None:
-                unknown += 1
-                continue
-            live = seg_live[seg]
-            k = bisect.bisect_right(live, addr)
-            end = live[k] if k < len(live) else seg + seg_size[seg]
-            if end - addr - rounded[i] <= KSMALL_SIZE:
-                out[i] = end - addr
-            live.insert(k, addr)
-        elif action == "free_completed":
-            seg = segment_of(addr)
-            live = seg_live.get(seg) if seg is not None else None
-            if live:
-                k = bisect.bisect_left(live, addr)
-                if k < len(live) and live[k] == addr:
-                    del live[k]
-        elif action == "segment_alloc":
-            bisect.insort(seg_starts, addr)
-            seg_size[addr] = size
-            seg_live[addr] = []
-        elif action == "segment_free" and addr in seg_size:
-            seg_starts.remove(addr)
-            del seg_size[addr], seg_live[addr]
+    # block lifetimes: large allocs in a known segment, and blocks live before the trace in a segment then
+    big = np.flatnonzero(large)
+    seg_of_alloc = segment_at(addr[big], big)
+    unknown = int((seg_of_alloc < 0).sum())
+    pre = np.array(sorted(initial_live), dtype=np.int64)
+    seg_of_pre = segment_at(pre, np.full(len(pre), -1, dtype=np.int64)) if len(pre) else pre
+    known = seg_of_alloc >= 0
+    b_addr = np.concatenate([pre[seg_of_pre >= 0], addr[big][known]])
+    b_from = np.concatenate([np.full(int((seg_of_pre >= 0).sum()), -1, dtype=np.int64), big[known]])
+    b_seg = np.concatenate([seg_of_pre[seg_of_pre >= 0], seg_of_alloc[known]])
+    frees = np.flatnonzero((action == "free_completed") & (rounded > KSMALL_SIZE))
+    b_to = np.minimum(_lifetimes(b_addr, b_from, addr[frees], frees), s_to[b_seg])
+    b_order = np.lexsort((b_from, b_addr))
+    b_addr, b_from, b_to = b_addr[b_order], b_from[b_order], b_to[b_order]
+    b_uniq, b_rank = np.unique(b_addr, return_inverse=True)
+    b_keys = b_rank * m + b_from + 1
+
+    # each alloc: the first live block above it, up to where it decides the split and below its segment's end
+    q_t, q_addr, q_size = big[known], addr[big][known], rounded[big][known]
+    seg = seg_of_alloc[known]
+    seg_end = s_addr[seg] + s_size[seg]
+    limit = np.minimum(q_addr + q_size + KSMALL_SIZE, seg_end - 1)
+    cur = np.searchsorted(b_uniq, q_addr, side="right")
+    end = np.where(seg_end - q_addr - q_size <= KSMALL_SIZE, seg_end, -1)  # if nothing live is found
+    todo = np.flatnonzero(cur < len(b_uniq))
+    while len(todo):
+        c = cur[todo]
+        todo, c = todo[b_uniq[c] <= limit[todo]], c[b_uniq[c] <= limit[todo]]
+        j = _latest_at(b_keys, c, q_t[todo], m)
+        live = (j >= 0) & (b_to[np.maximum(j, 0)] > q_t[todo])
+        end[todo[live]] = b_uniq[c[live]]
+        todo = todo[~live]
+        cur[todo] += 1
+        todo = todo[cur[todo] < len(b_uniq)]
+    out[q_t] = np.where(end >= 0, end - q_addr, q_size)
     return out, unknown
 
 
@@ -178,7 +231,7 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
     ev = snap.events.sort_values("seq").reset_index(drop=True)
     seq = ev["seq"].to_numpy()
     addr = ev["addr"].to_numpy()
-    action = ev["action"].astype(str).to_numpy()
+    action = text_values(ev["action"])
     is_alloc = action == "alloc"
     stack = ev["stack_id"].to_numpy()
     seq0 = int(seq[0]) if len(seq) else 0
@@ -223,7 +276,7 @@ def replay_allocations(snap: MemorySnapshot) -> tuple[pd.DataFrame, dict]:
             "free_stack_id": np.where(
                 free_seq[is_alloc] == NEVER, -1, stack[np.minimum(free_seq[is_alloc] - seq0, len(ev) - 1)]
             ),
-            "top_frame": ev["top_frame"].astype(str).to_numpy()[is_alloc],
+            "top_frame": text_values(ev["top_frame"])[is_alloc],
             "origin": "trace",
         }
     )
@@ -352,7 +405,7 @@ def summarize_timeline(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.
         ("requested_bytes", allocs["requested_bytes"].to_numpy()),
     ):
         out[col] = _levels(a_seq, f_seq, sizes, seq0, n)
-    action = ev["action"].astype(str).to_numpy()
+    action = text_values(ev["action"])
     size = ev["size_bytes"].to_numpy()
     sign = np.select(
         [np.isin(action, ["segment_alloc", "segment_map"]), np.isin(action, ["segment_free", "segment_unmap"])],
@@ -369,7 +422,7 @@ def levels_before_trace(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd
     """Allocated, requested and reserved bytes before the first recorded event (the blocks and segments that
     predate it): the level a trace starts from, which the first event may lower (a free, a segment_free)."""
     before = allocs["alloc_seq"].to_numpy() < 0
-    action = events["action"].astype(str).to_numpy()
+    action = text_values(events["action"])
     size = events["size_bytes"].to_numpy()
     grown = size[np.isin(action, ["segment_alloc", "segment_map"])].sum()
     shrunk = size[np.isin(action, ["segment_free", "segment_unmap"])].sum()
@@ -501,7 +554,8 @@ def timeline_by(
     idx = downsample_indices(timeline["allocated_bytes"].to_numpy(), max_points)
     n = len(timeline)
     seq0 = int(timeline["seq"].iloc[0])
-    labels = allocs[key].astype(str).where(allocs[key].astype(str).isin(keep), "other")
+    names = text_values(allocs[key])
+    labels = np.where(np.isin(names, keep), names, "other")
     order = [k for k in keep if k != "other"] + ["other"]
     t = timeline["time_ns"].to_numpy()
     t_rel = np.where(t >= 0, t - t[t >= 0].min(), -1) if (t >= 0).any() else np.full(n, -1)
@@ -667,7 +721,7 @@ def free_blocks_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.Data
     segs = _initial_segments(events, segments)
     ev = events[(events["seq"] <= seq) & events["action"].isin(["segment_alloc", "segment_free"])]
     for action, addr, size in zip(
-        ev["action"].astype(str), ev["addr"].tolist(), ev["size_bytes"].tolist(), strict=True
+        text_values(ev["action"]).tolist(), ev["addr"].tolist(), ev["size_bytes"].tolist(), strict=True
     ):
         if action == "segment_alloc":
             segs[addr] = size

@@ -58,7 +58,7 @@ def replicate(data: dict, events: int) -> dict:
 def side_ours(path: Path) -> dict:
     from analyze.memory import analyze_snapshot
     from analyze.memory_snapshot import read_memory_snapshot
-    from profiler_kit.build_memory import build_memory_report, parse_run_label
+    from profiler_kit.build_memory import build_memory_report
     from profiler_kit.output import render_report_files
 
     t0 = time.perf_counter()
@@ -66,7 +66,7 @@ def side_ours(path: Path) -> dict:
     t1 = time.perf_counter()
     a = analyze_snapshot(snap)
     t2 = time.perf_counter()
-    files = render_report_files(build_memory_report([("big", snap, parse_run_label(path.name))]), "memory")
+    files = render_report_files(build_memory_report([("big", snap, {})]), "memory")
     t3 = time.perf_counter()
     return {
         "read_s": t1 - t0,
