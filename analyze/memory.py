@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analyze.memory_snapshot import BEFORE_TRACE, NO_FRAMES, MemorySnapshot
+from analyze.memory_snapshot import BEFORE_TRACE, NO_FRAMES, USER_FRAME_SKIP, MemorySnapshot
 
 KMIN_BLOCK = 512  # kMinBlockSize
 KSMALL_SIZE = 1 << 20  # kSmallSize: requests up to this go to the small pool
@@ -728,13 +728,14 @@ def analyze_dump_state(snap: MemorySnapshot, device: int) -> DumpState:
 SMALL_SEGMENT = 2 << 20  # kSmallBuffer: every small-pool segment is this size
 
 
-def free_blocks_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame, seq: int) -> pd.DataFrame:
-    """The free gaps of every segment right after event ``seq``, rebuilt from the replay.
+def segment_layout_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame, seq: int):
+    """Segments alive right after event ``seq`` and the live blocks inside them, rebuilt from the replay.
 
     Segments: those at dump time with the trace's segment events undone, then
     replayed up to ``seq``. A block occupies its segment from its alloc to its free
     (requested; the allocator completes pending frees before it reports an OOM).
-    Returns ``segment_address``, ``segment_bytes``, ``gap_bytes`` per gap.
+    Returns (segment starts, segment sizes, live allocations inside a segment with
+    ``segment`` = index into the starts).
     """
     segs = _initial_segments(events, segments)
     ev = events[(events["seq"] <= seq) & events["action"].isin(["segment_alloc", "segment_free"])]
@@ -745,18 +746,28 @@ def free_blocks_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.Data
             segs[addr] = size
         else:
             segs.pop(addr, None)
-    if not segs:
-        return pd.DataFrame({"segment_address": [], "segment_bytes": [], "gap_bytes": []}, dtype=np.int64)
     starts = np.array(sorted(segs), dtype=np.int64)
     sizes = np.array([segs[a] for a in starts.tolist()], dtype=np.int64)
     live = live_at(allocs, seq)
     addr = live["address"].to_numpy()
     j = np.searchsorted(starts, addr, side="right") - 1
-    inside = (j >= 0) & (addr < starts[np.maximum(j, 0)] + sizes[np.maximum(j, 0)])
+    inside = (j >= 0) & (addr < starts[np.maximum(j, 0)] + sizes[np.maximum(j, 0)]) if len(starts) else j < -1
+    return starts, sizes, live[inside].assign(segment=j[inside])
+
+
+def free_blocks_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame, seq: int) -> pd.DataFrame:
+    """The free gaps of every segment right after event ``seq`` (``segment_layout_at``).
+
+    Returns ``segment_address``, ``segment_bytes``, ``gap_bytes`` per gap.
+    """
+    starts, sizes, live = segment_layout_at(allocs, events, segments, seq)
+    if not len(starts):
+        return pd.DataFrame({"segment_address": [], "segment_bytes": [], "gap_bytes": []}, dtype=np.int64)
+    addr = live["address"].to_numpy()
     # each segment contributes its start and end as zero-size blocks; gaps lie between consecutive blocks
-    b_seg = np.concatenate([j[inside], np.arange(len(starts)), np.arange(len(starts))])
-    b_start = np.concatenate([addr[inside], starts, starts + sizes])
-    b_end = np.concatenate([addr[inside] + live["size_bytes"].to_numpy()[inside], starts, starts + sizes])
+    b_seg = np.concatenate([live["segment"].to_numpy(), np.arange(len(starts)), np.arange(len(starts))])
+    b_start = np.concatenate([addr, starts, starts + sizes])
+    b_end = np.concatenate([addr + live["size_bytes"].to_numpy(), starts, starts + sizes])
     order = np.lexsort((b_start, b_seg))
     b_seg, b_start, b_end = b_seg[order], b_start[order], b_end[order]
     same = b_seg[1:] == b_seg[:-1]
@@ -765,6 +776,125 @@ def free_blocks_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.Data
     return pd.DataFrame(
         {"segment_address": starts[b_seg[1:][keep]], "segment_bytes": sizes[b_seg[1:][keep]], "gap_bytes": gap[keep]}
     )
+
+
+def segments_view(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame, seq: int, top: int = 40):
+    """The ``top`` largest segments alive after event ``seq`` with their live blocks, for a segment chart.
+
+    Returns (rows, info). Rows: ``segment`` ("#k 20.0 MiB @0x..": rank by size),
+    ``offset_bytes`` (block start in its segment), ``size_bytes``, ``category``,
+    ``top_frame``; a row per segment with category "(segment)" spans it whole.
+    info: segments alive, segments shown, bytes they reserve.
+    """
+    starts, sizes, live = segment_layout_at(allocs, events, segments, seq)
+    order = np.lexsort((starts, -sizes))[:top]
+    names = {int(k): f"#{r + 1} {sizes[k] / 2**20:,.1f} MiB @{starts[k]:#x}" for r, k in enumerate(order.tolist())}
+    shown = live[live["segment"].isin(list(names))]
+    rows = pd.DataFrame(
+        {
+            "segment": [names[k] for k in order.tolist()] + [names[k] for k in shown["segment"].tolist()],
+            "offset_bytes": np.concatenate(
+                [np.zeros(len(order), np.int64), shown["address"].to_numpy() - starts[shown["segment"].to_numpy()]]
+            ),
+            "size_bytes": np.concatenate([sizes[order], shown["size_bytes"].to_numpy()]),
+            "category": ["(segment)"] * len(order) + shown["category"].astype(str).tolist(),
+            "top_frame": [""] * len(order) + shown["top_frame"].astype(str).tolist(),
+        }
+    )
+    info = {
+        "segments": len(starts),
+        "shown": len(order),
+        "shown_bytes": int(sizes[order].sum()),
+        "reserved_bytes": int(sizes.sum()),
+    }
+    return rows, info
+
+
+_USER_SKIP = re.compile("|".join(f"(?:{p})" for _, p in USER_FRAME_SKIP))
+
+
+def _user_frames(stack: str, n: int = 4) -> str:
+    """The first ``n`` Python frames of a stack text that USER_FRAME_SKIP keeps (else the first Python ones)."""
+    py = [ln for ln in stack.splitlines() if re.search(r"\.py:\d+ ", ln)]
+    user = [ln for ln in py if not _USER_SKIP.search(ln.rsplit(":", 1)[0])]
+    return "\n".join((user or py)[:n])
+
+
+def allocation_bands(
+    allocs: pd.DataFrame, timeline: pd.DataFrame, stacks: pd.DataFrame, max_bands: int = 300, max_points: int = 2000
+) -> tuple[pd.DataFrame, dict]:
+    """Every allocation as a band over time, stacked in allocation order, as memory_viz draws its trace.
+
+    The ``max_bands`` largest allocations are drawn one by one; all smaller ones
+    are summed, exactly, into one band at the bottom (the threshold is returned),
+    so the top of the stack is the allocated total at every sampled event. Events
+    are sampled by ``downsample_indices`` (the peak kept) plus every drawn band's
+    alloc and free, so band edges are exact. Returns (rows, info): rows per band
+    and sampled event ``band`` (0 = the summed small ones), ``time_ns`` (since the
+    first event; event index when the trace has no times), ``bottom_bytes``,
+    ``top_bytes``, and per band ``size_bytes``, ``top_frame``, ``frames`` (first
+    Python frames), ``allocated_ns``, ``freed_ns`` (-1: before the trace / never).
+    """
+    n = len(timeline)
+    seq0 = int(timeline["seq"].iloc[0])
+    sizes = allocs["size_bytes"].to_numpy()
+    k = min(max_bands, len(allocs))
+    drawn = np.sort(np.argsort(-sizes, kind="stable")[:k]) if k else np.array([], dtype=np.int64)
+    threshold = int(sizes[drawn].min()) if k else 0
+    small = np.ones(len(allocs), bool)
+    small[drawn] = False
+    a_seq, f_seq = allocs["alloc_seq"].to_numpy(), allocs["free_seq"].to_numpy()
+    a_i = np.clip(a_seq[drawn] - seq0, 0, n - 1)  # before-trace blocks start at the first event
+    f_i = np.where(f_seq[drawn] == NEVER, n - 1, np.clip(f_seq[drawn] - seq0, 0, n - 1))
+    pts = np.unique(
+        np.concatenate([downsample_indices(timeline["allocated_bytes"].to_numpy(), max_points), a_i, f_i, [0, n - 1]])
+    )
+    small_level = _levels(a_seq[small], f_seq[small], sizes[small], seq0, n)[pts]
+    # live[p, b]: drawn band b holds its bytes after sampled event p
+    p_seq = timeline["seq"].to_numpy()[pts]
+    live = (a_seq[drawn][None, :] <= p_seq[:, None]) & (f_seq[drawn][None, :] > p_seq[:, None])
+    tops = small_level[:, None] + np.cumsum(live * sizes[drawn][None, :], axis=1)
+    t = timeline["time_ns"].to_numpy()
+    has_time = bool((t >= 0).all())
+    x = (t - t.min()) if has_time else np.arange(n)
+    xs = x[pts]
+    parts = [pd.DataFrame({"band": 0, "time_ns": xs, "bottom_bytes": 0, "top_bytes": small_level})]
+    texts = dict(zip(stacks["stack_id"].tolist(), stacks["stack"].tolist(), strict=True))
+    frames = [_user_frames(texts.get(sid, "")) for sid in allocs["stack_id"].to_numpy()[drawn].tolist()]
+    t_alloc = np.where(a_seq[drawn] >= seq0, x[a_i], -1)
+    t_free = np.where(f_seq[drawn] == NEVER, -1, x[f_i])
+    for b in range(k):
+        rows = np.flatnonzero(live[:, b])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "band": b + 1,
+                    "time_ns": xs[rows],
+                    "bottom_bytes": tops[rows, b] - sizes[drawn[b]],
+                    "top_bytes": tops[rows, b],
+                }
+            )
+        )
+    out = pd.concat(parts, ignore_index=True)
+    per_band = pd.DataFrame(
+        {
+            "band": np.arange(k + 1),
+            "size_bytes": np.concatenate([[int(sizes[small].max()) if small.any() else 0], sizes[drawn]]),
+            "top_frame": [f"{int(small.sum()):,} allocations smaller than the drawn ones (summed)"]
+            + allocs["top_frame"].astype(str).to_numpy()[drawn].tolist(),
+            "frames": [""] + frames,
+            "allocated_ns": np.concatenate([[-1], t_alloc]),
+            "freed_ns": np.concatenate([[-1], t_free]),
+        }
+    )
+    info = {
+        "drawn": k,
+        "threshold_bytes": threshold,
+        "summed": int(small.sum()),
+        "points": len(pts),
+        "has_time": has_time,
+    }
+    return out.merge(per_band, on="band", how="left"), info
 
 
 # What an OOM was, from the request and the free memory then; first match wins. n: requested, device_free,
@@ -857,7 +987,10 @@ __all__ = [
     "analyze_oom",
     "analyze_snapshot",
     "compare_live",
+    "allocation_bands",
     "free_blocks_at",
+    "segment_layout_at",
+    "segments_view",
     "levels_before_trace",
     "summarize_segment_table",
     "classify_allocations",

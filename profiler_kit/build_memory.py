@@ -20,9 +20,11 @@ from analyze.memory import (
     OOM_VERDICTS,
     DumpState,
     MemoryAnalysis,
+    allocation_bands,
     analyze_dump_state,
     analyze_snapshot,
     compare_live,
+    segments_view,
     summarize_live_by,
     timeline_by,
 )
@@ -62,6 +64,8 @@ def run_fields(sidecar: dict | None) -> dict:
 
 
 GENERIC_STEMS = ("memory", "snapshot", "memory_snapshot")
+MAX_BANDS = 300  # allocations drawn one by one in the allocation view; smaller ones are summed
+TOP_SEGMENTS = 40  # segments drawn in the segment view at the peak
 
 
 def find_snapshots(paths: list[Path]) -> list[Path]:
@@ -310,7 +314,15 @@ def dump_state_section(label: str, snap: MemorySnapshot, d: DumpState, top: int)
     return sec
 
 
-def trace_section(label: str, snap: MemorySnapshot, a: MemoryAnalysis, top: int, max_points: int) -> Section:
+def trace_section(
+    label: str,
+    snap: MemorySnapshot,
+    a: MemoryAnalysis,
+    top: int,
+    max_points: int,
+    max_bands: int = MAX_BANDS,
+    top_segments: int = TOP_SEGMENTS,
+) -> Section:
     """A device with allocation history: the peak, what is live at it, segments, the timeline."""
     sub = Section(title=f"cuda:{a.device}")
     sub.text += _trace_text(a) + _meta_text(a.peak_allocated["bytes"], a.live_at_peak, snap.meta.get("sidecar") or {})
@@ -331,7 +343,35 @@ def trace_section(label: str, snap: MemorySnapshot, a: MemoryAnalysis, top: int,
         Figure("Allocated memory over time by category", by_cat, "area", x, "allocated_bytes", color="category", key=f"{key}_timeline_category"),
         Figure("Allocated memory over time by source line", by_frame, "area", x, "allocated_bytes", color="top_frame", key=f"{key}_timeline_frame"),
     ]  # fmt: skip
+    sub.figures += allocation_figures(snap, a, key, max_bands, max_points, top_segments)
     return sub
+
+
+def allocation_figures(
+    snap: MemorySnapshot, a: MemoryAnalysis, key: str, max_bands: int, max_points: int, top_segments: int
+) -> list[Figure]:
+    """The allocation view: every large allocation as a band over time (hover: size, frames, alloc and free
+    time), and the segments at the allocated peak with the blocks live in them."""
+    bands, info = allocation_bands(a.allocations, a.timeline, snap.stacks, max_bands, max_points)
+    x = "time_ns" if info["has_time"] else "event"
+    bands = bands.rename(columns={"time_ns": x})
+    when = "time" if info["has_time"] else "event"
+    one = snap.on_device(a.device)
+    seg_rows, seg = segments_view(a.allocations, one.events, one.segments, a.peak_allocated["seq"], top_segments)
+    return [
+        Figure(
+            f"Allocations over {when}: the {info['drawn']:,} largest one by one (each at least "
+            f"{info['threshold_bytes'] / 2**20:,.2f} MiB), the other {info['summed']:,} summed exactly in the grey band; "
+            f"{info['points']:,} sampled events, the peak and every drawn alloc and free among them (hover a band)",
+            bands, "bands", x, "top_bytes", color="band", key=f"{key}_allocations",
+        ),
+        Figure(
+            f"Segments at the allocated peak: the {seg['shown']:,} largest of {seg['segments']:,} "
+            f"({seg['shown_bytes'] / 2**20:,.1f} of {seg['reserved_bytes'] / 2**20:,.1f} MiB reserved), blocks live then "
+            "(grey: the segment; gaps are free)",
+            seg_rows, "blocks", "size_bytes", "segment", color="category", key=f"{key}_segments_at_peak",
+        ),
+    ]  # fmt: skip
 
 
 def analyze_all(snap: MemorySnapshot) -> dict[int, MemoryAnalysis | DumpState]:

@@ -293,3 +293,46 @@ def test_segment_helper_balances():
     assert seg["total_size"] == 2 * MiB and mv.calc_active(seg) == MiB
     df = pd.DataFrame(seg["blocks"])
     assert np.array_equal(df["address"].diff().dropna().to_numpy(), df["size"].to_numpy()[:-1])
+
+
+@pytest.mark.parametrize("max_bands", [3, 300])
+def test_allocation_bands_stack_to_the_allocated_total(max_bands):
+    """The allocation view is faithful: at every sampled event the stack's top is the replayed allocated total,
+    the peak is sampled, and each drawn band keeps its own size from its alloc to its free."""
+    from analyze.memory import allocation_bands
+
+    snap = read_memory_snapshot(FIXTURES / "memory" / "mlp_full_step_fp32.pickle.gz")
+    a = analyze_snapshot(snap)
+    rows, info = allocation_bands(a.allocations, a.timeline, snap.stacks, max_bands=max_bands, max_points=500)
+    assert info["drawn"] == min(max_bands, len(a.allocations)) and info["summed"] == len(a.allocations) - info["drawn"]
+    t = a.timeline["time_ns"].to_numpy()
+    levels = {}  # events share microseconds: the level after any event at that time
+    for time_ns, value in zip((t - t.min()).tolist(), a.timeline["allocated_bytes"].tolist(), strict=True):
+        levels.setdefault(time_ns, set()).add(value)
+    top = rows.groupby("time_ns")["top_bytes"].max()
+    for time_ns, value in top.items():
+        assert value in levels[time_ns]
+    assert top.max() == a.peak_allocated["bytes"]
+    drawn = rows[rows["band"] > 0]
+    assert ((drawn["top_bytes"] - drawn["bottom_bytes"]) == drawn["size_bytes"]).all()
+    assert drawn["size_bytes"].min() == info["threshold_bytes"] >= rows.loc[rows["band"] == 0, "size_bytes"].max()
+    with_frames = drawn.loc[drawn["frames"] != "", "frames"]
+    assert (len(with_frames) or max_bands < 10) and not with_frames.str.contains("site-packages").any()  # user frames
+
+
+def test_allocation_view_in_the_html(tmp_path):
+    report = build_memory_report(load_snapshots([FIXTURES / "memory" / "mlp_full_step_bf16.pickle.gz"]))
+    figs = {f.kind: f for f in report.figures()}
+    bands = figure_json(figs["bands"])
+    assert bands["layout"]["xaxis"]["title"]["text"] == "time (ms)"
+    hover = [tr["name"] for tr in bands["data"][1:]]
+    assert all("size (MiB):" in h and "allocated (ms):" in h for h in hover)
+    blocks = figs["blocks"]
+    seg = blocks.df[blocks.df["category"] == "(segment)"].set_index("segment")["size_bytes"]
+    inside = blocks.df[blocks.df["category"] != "(segment)"]
+    assert (inside["offset_bytes"] >= 0).all() and (
+        inside["offset_bytes"] + inside["size_bytes"] <= inside["segment"].map(seg)
+    ).all()
+    assert "Segments at the allocated peak" in blocks.title and "offset in segment (MiB)" in str(
+        figure_json(blocks)["layout"]
+    )
