@@ -907,8 +907,8 @@ OOM_VERDICTS = (
      "the device reported enough free memory; the allocator asks for a rounded-up segment, or a per-process "
      "memory fraction capped it"),
     ("fragmentation", lambda n: n["device_free"] + n["cached_free"] >= n["requested"],
-     "free memory in total covered the request, but split: no cached free block and not the device's free "
-     "memory alone was large enough"),
+     "free memory in total covered the request, but split: neither a cached free block nor the device's "
+     "free memory alone was large enough"),
     ("shortage", lambda n: True, "even with every cached but unallocated byte free, the device lacked memory"),
 )  # fmt: skip
 
