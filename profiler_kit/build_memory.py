@@ -403,7 +403,11 @@ def snapshot_section(
         if isinstance(a, DumpState):
             sub = dump_state_section(label, snap, a, top)
             if layout not in ("segment list", "segments only"):
-                sub.text.insert(0, f"cuda:{dev}'s trace holds no allocation or free events. " + _no_history_text(snap))
+                sub.text.insert(
+                    0,
+                    f"cuda:{dev}'s trace holds no allocation or free events (recording ran on other devices, or its "
+                    "buffer was empty): what follows is the state at dump time only.",
+                )
         else:
             sub = trace_section(label, snap, a, top, max_points)
         if len(analyses) == 1 and not isinstance(a, DumpState):

@@ -336,3 +336,15 @@ def test_allocation_view_in_the_html(tmp_path):
     assert "Segments at the allocated peak" in blocks.title and "offset in segment (MiB)" in str(
         figure_json(blocks)["layout"]
     )
+
+
+def test_device_with_segments_but_no_trace(tmp_path):
+    """History recorded on cuda:0 only; cuda:1 has segments: its state at dump, said as such."""
+    raw = known_peak_snapshot()
+    raw["segments"].append(segment(1 << 45, [(4 * MiB, "active_allocated", [USER]), (16 * MiB, "inactive", [])], 1))
+    raw["device_traces"].append([])
+    snap = read_memory_snapshot(write(tmp_path / "mixed.pickle", raw))
+    assert snap.devices() == [0, 1] and snap.has_history(0) and not snap.has_history(1)
+    md = _md([tmp_path / "mixed.pickle"])
+    assert "cuda:1's trace holds no allocation or free events" in md
+    assert f"Allocated at dump: {4 * MiB:,} bytes" in md and "largest free block is 16,777,216 bytes" in md
