@@ -14,6 +14,11 @@ time). Two byte counts are kept apart:
 
 The allocated counter drops when a free is *requested* (the block may stay
 reserved for pending stream uses until ``free_completed``).
+
+Without history (``analyze_dump_state``) only the state at dump time is known:
+allocated and reserved per segment, blocks, the largest free block. An ``oom``
+entry (``analyze_oom``) is judged by OOM_VERDICTS from the request, the device's
+free memory then and the free blocks the replay rebuilds at that moment.
 """
 
 from __future__ import annotations
