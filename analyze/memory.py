@@ -786,12 +786,30 @@ def free_blocks_at(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.Data
 def segments_view(allocs: pd.DataFrame, events: pd.DataFrame, segments: pd.DataFrame, seq: int, top: int = 40):
     """The ``top`` largest segments alive after event ``seq`` with their live blocks, for a segment chart.
 
-    Returns (rows, info). Rows: ``segment`` ("#k 20.0 MiB @0x..": rank by size),
-    ``offset_bytes`` (block start in its segment), ``size_bytes``, ``category``,
-    ``top_frame``; a row per segment with category "(segment)" spans it whole.
-    info: segments alive, segments shown, bytes they reserve.
+    Returns (rows, info), as ``segment_rows``.
     """
-    starts, sizes, live = segment_layout_at(allocs, events, segments, seq)
+    return segment_rows(*segment_layout_at(allocs, events, segments, seq), top)
+
+
+def segments_view_at_dump(segments: pd.DataFrame, live: pd.DataFrame, top: int = 40):
+    """``segments_view`` for the state at dump time: the segments table and the blocks allocated then."""
+    starts = segments["address"].to_numpy()
+    sizes = segments["total_size_bytes"].to_numpy()
+    order = np.argsort(starts, kind="stable")
+    starts, sizes = starts[order], sizes[order]
+    j = np.searchsorted(starts, live["address"].to_numpy(), side="right") - 1
+    inside = (j >= 0) & (live["address"].to_numpy() < starts[np.maximum(j, 0)] + sizes[np.maximum(j, 0)])
+    return segment_rows(starts, sizes, live[inside].assign(segment=j[inside]), top)
+
+
+def segment_rows(starts: np.ndarray, sizes: np.ndarray, live: pd.DataFrame, top: int):
+    """Rows for a segment chart: the ``top`` largest segments and the blocks in them.
+
+    Rows: ``segment`` ("#k 20.0 MiB @0x..": rank by size), ``offset_bytes`` (block
+    start in its segment), ``size_bytes``, ``category``, ``top_frame``; a row per
+    segment with category "(segment)" spans it whole. info: segments, segments
+    shown, bytes they reserve, bytes reserved in all.
+    """
     order = np.lexsort((starts, -sizes))[:top]
     names = {int(k): f"#{r + 1} {sizes[k] / 2**20:,.1f} MiB @{starts[k]:#x}" for r, k in enumerate(order.tolist())}
     shown = live[live["segment"].isin(list(names))]
@@ -995,7 +1013,9 @@ __all__ = [
     "allocation_bands",
     "free_blocks_at",
     "segment_layout_at",
+    "segment_rows",
     "segments_view",
+    "segments_view_at_dump",
     "levels_before_trace",
     "summarize_segment_table",
     "classify_allocations",

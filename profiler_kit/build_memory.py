@@ -25,6 +25,7 @@ from analyze.memory import (
     analyze_snapshot,
     compare_live,
     segments_view,
+    segments_view_at_dump,
     summarize_live_by,
     timeline_by,
 )
@@ -311,6 +312,8 @@ def dump_state_section(label: str, snap: MemorySnapshot, d: DumpState, top: int)
         Table(f"Largest {top} segments", d.segment_table.head(top), key=f"{key}_segment_table",
               note="largest free block: the largest request the segment could serve; reserved - allocated is what the cache holds unused."),
     ]  # fmt: skip
+    rows, info = segments_view_at_dump(snap.on_device(d.device).segments, d.live, TOP_SEGMENTS)
+    sec.figures.append(segment_figure("at dump time", rows, info, f"{key}_segments_at_dump"))
     return sec
 
 
@@ -365,13 +368,17 @@ def allocation_figures(
             f"{info['points']:,} sampled events, the peak and every drawn alloc and free among them (hover a band)",
             bands, "bands", x, "top_bytes", color="band", key=f"{key}_allocations",
         ),
-        Figure(
-            f"Segments at the allocated peak: the {seg['shown']:,} largest of {seg['segments']:,} "
-            f"({seg['shown_bytes'] / 2**20:,.1f} of {seg['reserved_bytes'] / 2**20:,.1f} MiB reserved), blocks live then "
-            "(grey: the segment; gaps are free)",
-            seg_rows, "blocks", "size_bytes", "segment", color="category", key=f"{key}_segments_at_peak",
-        ),
+        segment_figure("at the allocated peak", seg_rows, seg, f"{key}_segments_at_peak"),
     ]  # fmt: skip
+
+
+def segment_figure(when: str, rows: pd.DataFrame, info: dict, key: str) -> Figure:
+    """The segment chart (``segment_rows``): the largest segments with the blocks live in them."""
+    return Figure(
+        f"Segments {when}: the {info['shown']:,} largest of {info['segments']:,} ({info['shown_bytes'] / 2**20:,.1f} "
+        f"of {info['reserved_bytes'] / 2**20:,.1f} MiB reserved), blocks live then (grey: the segment; gaps are free)",
+        rows, "blocks", "size_bytes", "segment", color="category", key=key,
+    )  # fmt: skip
 
 
 def analyze_all(snap: MemorySnapshot) -> dict[int, MemoryAnalysis | DumpState]:

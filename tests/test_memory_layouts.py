@@ -82,6 +82,14 @@ def test_segments_only_snapshot_reports_state_at_dump(tmp_path):
     assert "No allocation history was recorded" in md and "_record_memory_history(" in md
     assert f"in {len(raw['segments']):,} segments" in md and "Largest 10 segments" in md
     assert "(no frames)" in md  # frames were not recorded either: said, not guessed
+    [fig] = build_memory_report(load_snapshots([path])).figures()  # the segment view at dump
+    blocks = fig.df[fig.df["category"] != "(segment)"]
+    shown = fig.df[fig.df["category"] == "(segment)"]
+    assert len(shown) == 40 and shown["size_bytes"].min() == 20 * MiB  # the largest first
+    by_seg = state.segment_table.assign(name=[f"@{a:#x}" for a in state.segment_table["address"]])
+    want = {n: v for n, v in zip(by_seg["name"], by_seg["allocated_bytes"], strict=True)}
+    got = blocks.groupby(blocks["segment"].str.split(" ").str[-1])["size_bytes"].sum()
+    assert got.to_dict() == {n: want[n] for n in got.index} and len(got) == 40
 
 
 def test_legacy_segment_list(tmp_path):
