@@ -539,14 +539,16 @@ def api(path, top, fmt):
 @output_options("memory")
 @strict_option
 @with_exit_codes
-def memory(snapshots, out_dir, fmt, no_html, top, stem, strict):
+@click.option("--label", "labels", multiple=True, help="Name of each snapshot, in order (one per file found).")
+def memory(snapshots, out_dir, fmt, no_html, top, stem, strict, labels):
     """Explain peak GPU memory from torch.cuda.memory snapshots (.pickle, .pkl, .pickle.gz).
 
     Replays each snapshot's allocation trace: peak allocated and reserved and
     when, what is live at the peak by category, source line and size, the
     largest allocations, segments at dump time, and an interactive timeline.
     Several snapshots also get a comparison table (size, ctx, mode, precision
-    from file names or a run.json / <stem>.json beside the file). Directories
+    from a run.json / <stem>.json beside the file; names from --label, else
+    the run id there, else the file name). Directories
     are searched recursively. Snapshots are read without running code.
 
     Writes <stem>.md and <stem>.html (default stem "memory", default folder
@@ -566,7 +568,7 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem, strict):
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
     skips = Skips(strict or len(paths) == 1)  # one snapshot: its error is the command's
-    loaded = load_snapshots(paths, skip=skips)
+    loaded = load_snapshots(paths, list(labels) or None, skip=skips)
     if not loaded:
         raise skips.nothing_read()
     report = build_memory_report(loaded, top=top, skipped=skips.skipped)

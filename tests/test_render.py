@@ -112,6 +112,8 @@ def test_top_kernel_chart_has_one_bar_per_kernel():
             "avg_ns": [7_000_000, 5_570_000],
             "min_ns": [7_000_000, 5_570_000],
             "max_ns": [7_000_000, 5_570_000],
+            "med_ns": [7_000_000, 5_570_000],
+            "std_ns": [0.0, 0.0],
             "share_frac": [0.557, 0.443],
         }
     )
