@@ -179,11 +179,14 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)")),
     # Anything under ATen's pointwise launchers lands here once its functor said nothing more
     # specific; MIOpen's tensor ops (Op2dTensorGeneric, SubTensorOpWithScalar1d) are pointwise too.
+    # Arithmetic spelled out (subtract_kernel, array_divide) is pointwise; "matrix multiply" was
+    # taken by the GEMM row above.
     ("elementwise", "pointwise",
-     r"elementwise|pointwise|functor|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bdiv\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized",
+     r"elementwise|pointwise|functor|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
+      "subtract_kernel(float*, float const*, float const*, int, int)",  # rocprofv3 sample app
       "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)")),
 )  # fmt: skip
 
