@@ -57,17 +57,19 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "kv_append_t.kd")),
     # FlashAttention 2 (flash_fwd_kernel) and 3 (cutlass::device_kernel<flash::FlashAttnFwdSm90>), cuDNN's
     # SDPA engines and their dO*O / dQ helpers, FlashInfer, xFormers fmha, aiter's asm fmha/mla/pa (pa_* is
-    # paged attention), Gated DeltaNet (gdn_*: a linear-attention layer, its causal conv included).
+    # paged attention), Gated DeltaNet (gdn_*, llama.cpp's gated_delta_net, FLA's *gated_delta_rule*: a
+    # linear-attention layer, its causal conv included).
     # Before GEMM: fmha_cutlassF_* also says cutlass.
     ("attention", "flash",
-     r"flash|fmha|\bmha\b|\bmla\b|attn|attention|sdpa|\bxqa\b|dot do o|convert dq|\bpaged|\bkv cache|merge states|decode with|prefill with|^pa\b|\bgqa\b|\bmqa\b|\bgdn\b",
+     r"flash|fmha|\bmha\b|\bmla\b|attn|attention|sdpa|\bxqa\b|dot do o|convert dq|\bpaged|\bkv cache|merge states|decode with|prefill with|^pa\b|\bgqa\b|\bmqa\b|\bgdn\b|\bgated delta (net|rule)",
      ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>",
       "void cutlass::device_kernel<flash::FlashAttnBwdPreprocess<cute::tuple<cute::C<64>, cute::C<192> >, cutlass::bfloat16_t, float, cutlass::arch::Sm90, true, true> >(flash::FlashAttnBwdPreprocess<cute::tuple<cute::C<64>, cute::C<192> >, cutlass::bfloat16_t, float, cutlass::arch::Sm90, true, true>::Params)",
       "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0",
       "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)1, 128u, 1u, 4u, 8u, 8u, 1u, 1u, (flashinfer::PosEncodingMode)0, __half, __half, __half, float, int, flashinfer::DefaultAttention<false, false, false, false> >, flashinfer::BatchPrefillPagedParams<__half, __half, __half, int> >(flashinfer::BatchPrefillPagedParams<__half, __half, __half, int>)",
       "fmha_cutlassF_bf16_aligned_64x64_rf_sm80",
       "_ZN5aiter31pa_bf16_pertokenFp8_gqa8_2tg_4wE",
-      "gdn_conv_t2.kd")),
+      "gdn_conv_t2.kd",
+      "void gated_delta_net_cuda<128, false, false>(float const*, float const*, float const*, float const*, float const*, float const*, float*, float*, long, long, long, long, long, long, long, long, long, long, long, long, HIP_vector_type<unsigned int, 3u>, HIP_vector_type<unsigned int, 3u>, float, long, int)")),  # llama.cpp HIP, gfx1151
     # MoE routing picks the top-k experts per token: a selection, counted with reductions. Before
     # softmax because vLLM's router is topkGatingSoftmax (aiter's: topksoftmax).
     ("reduction", "moe_routing",
