@@ -134,7 +134,12 @@ def trace_section_figures(kernels: pd.DataFrame):
     )  # fmt: skip
     categories = pd.DataFrame({"category": ["elementwise", "other"], "count": [2, 0], "total_ns": [12_570_000, 0],
                                "share_frac": [1.0, 0.0]})  # fmt: skip
-    tables = {"summary": summary, "kernels": kernels, "categories": categories, "ranges": pd.DataFrame()}
+    tables = {
+        "summary": summary,
+        "kernels": kernels,
+        "categories": categories,
+        "ranges": pd.DataFrame(columns=["range"]),
+    }
     res = TraceResult(label="t", source="t.json", meta={}, tables=tables)
     return trace_section(res, top=10).figures
 
