@@ -44,6 +44,19 @@ MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlati
 MEMOP_TABLES = {"CUPTI_ACTIVITY_KIND_MEMCPY": MEMCPY_COLUMNS, "CUPTI_ACTIVITY_KIND_MEMSET": MEMSET_COLUMNS}
 NVTX_TABLE = "NVTX_EVENTS"
 NVTX_COLUMNS = (("start", "eventType"), ("end", "textId", "globalTid", "endGlobalTid", "domainId"))  # and text
+# CUDA graphs. nsys's default (--cuda-graph-trace=graph where the driver allows) records a graph launch as one row
+# of GRAPH_TRACE_TABLE (graphId and graphExecId NOT NULL; 2022.4's schema 3.0.0 has no such table) and none of the
+# kernels inside it. With --cuda-graph-trace=node those kernels are rows of the kernel table carrying graphNodeId
+# (schema 3.0 on) and graphId (in 3.27, not yet in 3.17: no graph id there). CUPTI gives 0 for a kernel launched on its own,
+# nsys writes NULL there.
+GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+GRAPH_TRACE_COLUMNS = (
+    ("start", "end"),
+    ("deviceId", "streamId", "correlationId", "globalPid", "graphId", "graphExecId"),
+)
+KERNEL_GRAPH_COLUMNS = ("graphId", "graphNodeId")  # the first the kernel table has is read (``Catalog.graph_column``)
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")  # StringIds names start so ("cudaGraphLaunch_v10000")
+GRAPH_EVENT_TABLES = (GRAPH_TRACE_TABLE, "CUDA_GRAPH_NODE_EVENTS", "CUDA_GRAPH_EVENTS")  # rows here: graphs were used
 
 COLUMNAR_BATCH_ROWS = 1 << 24  # rows per Arrow batch of an ADBC read (buffers grow as rows come, none preallocated)
 MISSING = -1  # NULL or absent integer column (nsys ids, times and sizes are never negative)
@@ -194,6 +207,10 @@ class Catalog:
     def lean_runtime_read(self) -> IntegerRead:
         """The read of the runtime table that a report makes (``read_nsys_sqlite(details=False)``)."""
         return self.integer_read(RUNTIME_TABLE, RUNTIME_LEAN_COLUMNS)
+
+    def graph_column(self) -> str | None:
+        """The kernel table's column that tells a kernel run inside a CUDA graph (KERNEL_GRAPH_COLUMNS), or None."""
+        return next((c for c in KERNEL_GRAPH_COLUMNS if c in self.columns.get(KERNEL_TABLE, ())), None)
 
     def nvtx_read(self) -> IntegerRead:
         """The read of the NVTX table's integer columns, every row (``read_nvtx`` filters them; the text comes apart)."""
