@@ -106,7 +106,7 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame, launched_ops: int = -1) -> 
     Span runs from the first to the last GPU op (or CPU range when no GPU op ran).
     ``launched_ops`` counts the ops matched to their launching CPU call (``len(launches(...))``):
     only those can be projected onto NVTX ranges (-1: not matched). CUDA graphs (``summarize_graphs``):
-    graph_kernels, graph_launches, graph_time_ns, graph_frac.
+    graph_kernels, graph_launches, graph_time_ns, graph_time_frac.
     """
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     kernel_ns = ops["duration_ns"].to_numpy()[is_kernel]
@@ -143,12 +143,12 @@ def summarize_graphs(kernels: pd.DataFrame, kernel_time_ns: int) -> dict:
 
     graph_kernels counts them: kernels traced inside graphs (nsys ``--cuda-graph-trace=node``, Kineto) plus
     graph launches traced whole; graph_launches counts the latter (named "[CUDA graph N]", their kernels
-    not in the trace); graph_time_ns sums their durations, graph_frac is its share of kernel time.
+    not in the trace); graph_time_ns sums their durations, graph_time_frac is its share of kernel time.
     """
     graph_id = kernels["graph_id"].to_numpy()
     in_graph = np.zeros(0, dtype=bool) if one_value_view(graph_id) and graph_id[0] < 0 else graph_id >= 0
     if not in_graph.any():
-        return {"graph_kernels": 0, "graph_launches": 0, "graph_time_ns": 0, "graph_frac": 0.0}
+        return {"graph_kernels": 0, "graph_launches": 0, "graph_time_ns": 0, "graph_time_frac": 0.0}
     names = pd.Categorical(kernels["name"])
     whole = np.asarray(names.categories.str.contains(GRAPH_LAUNCH_NAME), dtype=bool)
     codes = names.codes[in_graph]
@@ -157,7 +157,7 @@ def summarize_graphs(kernels: pd.DataFrame, kernel_time_ns: int) -> dict:
         "graph_kernels": int(in_graph.sum()),
         "graph_launches": int(np.count_nonzero(whole[codes[codes >= 0]])),
         "graph_time_ns": graph_ns,
-        "graph_frac": graph_ns / kernel_time_ns if kernel_time_ns else np.nan,
+        "graph_time_frac": graph_ns / kernel_time_ns if kernel_time_ns else np.nan,
     }
 
 

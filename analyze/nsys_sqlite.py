@@ -665,6 +665,7 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
     """Read one nsys SQLite export into normalized tables.
 
     Absent tables (no kernels ran, no GPU, no NVTX) give empty tables, not errors.
+    CUDA graph launches traced whole are rows of the kernels table (``read_graph_launches``).
     Raises InputError for a missing, non-SQLite, non-nsys, truncated or corrupt
     file, or a schema major version this reader does not know.
 

@@ -18,7 +18,7 @@ from profiler_kit.report import Figure, Report, Section, Table
 MAX_PHASE_SECTIONS = 8
 RANGES_WITH_KERNELS, KERNELS_PER_RANGE = 12, 3  # the "Top kernels inside each range" table
 # Summary columns shown where a kernel ran in a CUDA graph
-GRAPH_COLUMNS = ("graph_kernels", "graph_launches", "graph_time_ns", "graph_frac")
+GRAPH_COLUMNS = ("graph_kernels", "graph_launches", "graph_time_ns", "graph_time_frac")
 # The analysis tables a report shows, plus the GPU ops for its per-rank table: all but the per-pair and
 # per-instance tables and the ungrouped range kernels (analyze_trace skips those).
 REPORT_TABLES = tuple(t for t in TABLES if t not in ("attributed", "projection", "range_kernels"))
@@ -91,7 +91,7 @@ def _graph_finding(summary: pd.Series) -> str:
             "to see them)"
         )
     return (
-        f"GPU time in CUDA graphs: {summary['graph_time_ns'] / 1e6:.3f} ms, {_pct(summary['graph_frac'])} of kernel "
+        f"GPU time in CUDA graphs: {summary['graph_time_ns'] / 1e6:.3f} ms, {_pct(summary['graph_time_frac'])} of kernel "
         f"time ({'; '.join(parts)})."
     )
 

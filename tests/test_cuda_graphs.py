@@ -207,7 +207,7 @@ def test_graph_launches_count_in_busy_time_ranges_and_phases(tmp_path, original)
         LAUNCHES,
         graph_ns,
     )
-    assert summary["graph_frac"] == pytest.approx(graph_ns / summary["kernel_time_ns"])
+    assert summary["graph_time_frac"] == pytest.approx(graph_ns / summary["kernel_time_ns"])
     ranges, before = _by_name(res["ranges"]), _by_name(original["ranges"])
     for name in ENCLOSING:  # every launch call lies inside these: the graphs replace their kernels there
         assert ranges.loc[name, "kernel_time_ns"] == before.loc[name, "kernel_time_ns"] - removed_ns + graph_ns
@@ -251,7 +251,7 @@ def test_node_level_kernels_count_as_usual_with_their_graph(tmp_path, original, 
     assert summary["kernel_time_ns"] == old["kernel_time_ns"]
     assert (summary["graph_kernels"], summary["graph_launches"]) == (in_graph.sum(), 0)
     assert summary["graph_time_ns"] == graph_ns
-    assert summary["graph_frac"] == pytest.approx(graph_ns / old["kernel_time_ns"])
+    assert summary["graph_time_frac"] == pytest.approx(graph_ns / old["kernel_time_ns"])
     ranges, old_ranges = _by_name(res["ranges"]), _by_name(original["ranges"])
     for name in (*ENCLOSING, *UNTOUCHED):  # the graph launch call lies where the kernels' own calls did
         assert (
@@ -362,6 +362,6 @@ def test_report_says_how_much_gpu_time_ran_in_graphs(tmp_path, original):
     text = (out / "report.md").read_text()
     summary = analyze_trace(read_nsys_sqlite(path, details=False))["summary"].iloc[0]
     graph_ms = (launches["end"] - launches["start"]).sum() / 1e6
-    assert f"GPU time in CUDA graphs: {graph_ms:.3f} ms, {100 * summary['graph_frac']:.1f}% of kernel time" in text
+    assert f"GPU time in CUDA graphs: {graph_ms:.3f} ms, {100 * summary['graph_time_frac']:.1f}% of kernel time" in text
     assert f"{LAUNCHES} graph launches traced whole" in text
     assert f"The GPU was busy {100 * summary['gpu_busy_ns'] / summary['gpu_span_ns']:.1f}%" in text
