@@ -47,8 +47,8 @@ NVTX_COLUMNS = (("start", "eventType"), ("end", "textId", "globalTid", "endGloba
 # CUDA graphs. nsys's default (--cuda-graph-trace=graph where the driver allows) records a graph launch as one row
 # of GRAPH_TRACE_TABLE (graphId and graphExecId NOT NULL; 2022.4's schema 3.0.0 has no such table) and none of the
 # kernels inside it. With --cuda-graph-trace=node those kernels are rows of the kernel table carrying graphNodeId
-# (schema 3.0 on) and graphId (in 3.27, not yet in 3.17: no graph id there). CUPTI gives 0 for a kernel launched on its own,
-# nsys writes NULL there.
+# (schema 3.0 on) and graphId (3.27; not yet in 3.17, which names no graph). CUPTI gives 0 for a kernel launched
+# on its own, nsys writes NULL there.
 GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 GRAPH_TRACE_COLUMNS = (
     ("start", "end"),

@@ -16,6 +16,7 @@ plain SQL sums over the fixture, never from the reader under test.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -32,7 +33,7 @@ from analyze.nsys_sqlite import Export, _strings, kernel_graph_column, read_nsys
 from analyze.sources import Source, read_trace
 from analyze.tables import SCHEMAS
 from tests.conftest import ROOT, SHARED_DATA, shared_params
-from tests.test_early_read import COMPARE, _python
+from tests.test_early_read import COMPARE, _python, _tables
 
 SOURCE = SHARED_DATA / "nsys_sqlite" / "bolongcheng__assignment2-systems__small_opt_A100.sqlite"
 pytestmark = pytest.mark.skipif(not SOURCE.exists(), reason=f"{SOURCE} absent")
@@ -317,8 +318,13 @@ def test_every_read_path_gives_the_same_tables(make, tmp_path, monkeypatch):
 @pytest.mark.skipif(sys.platform != "linux", reason="the early read forks on Linux only")
 @pytest.mark.parametrize("make", FIXTURES.values(), ids=FIXTURES.keys())
 def test_the_early_read_gives_the_same_tables(make, tmp_path):
-    out = _python(COMPARE, str(make(tmp_path)), "keep")
-    assert out.returncode == 0, out.stderr
+    path = make(tmp_path)
+    out = _python(COMPARE, str(path), "keep")
+    assert out.returncode == 0, out.stderr  # the reads with and without the early read gave equal tables
+    result = json.loads(out.stdout)
+    assert result["fallbacks"] == [] and result["alive"] == []  # the child read every table it was given
+    assert "CUPTI_ACTIVITY_KIND_RUNTIME" in result["early"]
+    assert ("CUPTI_ACTIVITY_KIND_KERNEL" in result["early"]) == ("CUPTI_ACTIVITY_KIND_KERNEL" in _tables(path))
 
 
 def test_empty_graph_tables_read_as_before(tmp_path):
