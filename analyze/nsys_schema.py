@@ -54,7 +54,10 @@ GRAPH_TRACE_COLUMNS = (
     ("start", "end"),
     ("deviceId", "streamId", "correlationId", "globalPid", "graphId", "graphExecId"),
 )
-KERNEL_GRAPH_COLUMNS = ("graphId", "graphNodeId")  # the first the kernel table has is read (``Catalog.graph_column``)
+KERNEL_GRAPH_COLUMNS = (
+    "graphId",
+    "graphNodeId",
+)  # the first one the kernel table has is read (``Catalog.graph_column``)
 GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")  # StringIds names start so ("cudaGraphLaunch_v10000")
 GRAPH_EVENT_TABLES = (GRAPH_TRACE_TABLE, "CUDA_GRAPH_NODE_EVENTS", "CUDA_GRAPH_EVENTS")  # rows here: graphs were used
 
@@ -124,6 +127,33 @@ class Catalog:
             raise InputError(
                 f"{path}: SQLite file is not an Nsight Systems export (no StringIds or export metadata table)"
             )
+        self.graph_column = self._graph_column()
+
+    def _graph_column(self) -> str | None:
+        """The kernel table's column that tells the CUDA graph a kernel ran in (KERNEL_GRAPH_COLUMNS), where the
+        export shows graphs in use: a graph launch call among its strings, or a row in a graph table.
+
+        Elsewhere (None) no kernel can carry a graph id, and the column (all NULL, near the end of each record) is
+        left unread: in the kernel read it cost 0.05-0.1 s of 1.1M kernels, read apart 0.2 s. Looked up here, on the
+        connection's thread, so that the reader and the early read make the same read. A damaged table found here
+        counts as no sign: its own read reports it.
+        """
+        column = next((c for c in KERNEL_GRAPH_COLUMNS if c in self.columns.get(KERNEL_TABLE, ())), None)
+        if column is None:
+            return None
+        launch = " OR ".join(f"value GLOB '{api}*'" for api in GRAPH_LAUNCH_APIS)
+        signs = [f'SELECT 1 FROM "{table}" LIMIT 1' for table in GRAPH_EVENT_TABLES if self.has(table)]
+        signs += [f"SELECT 1 FROM StringIds WHERE {launch} LIMIT 1"] if self.has("StringIds") else []
+        try:
+            return column if any(self.conn.execute(sql).fetchone() for sql in signs) else None
+        except (sqlite3.DatabaseError, UnicodeDecodeError):
+            return None
+
+    def with_graph_column(
+        self, spec: tuple[tuple[str, ...], tuple[str, ...]]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A kernel table read ``spec`` plus the graph column, where one is read (``graph_column``)."""
+        return spec if self.graph_column is None else (spec[0], (*spec[1], self.graph_column))
 
     def has(self, table: str) -> bool:
         return table in self.columns
@@ -202,15 +232,11 @@ class Catalog:
 
     def lean_kernel_read(self) -> IntegerRead:
         """The read of the kernel table that a report makes (``read_nsys_sqlite(details=False)``)."""
-        return self.integer_read(KERNEL_TABLE, KERNEL_LEAN_COLUMNS, KERNEL_NAME)
+        return self.integer_read(KERNEL_TABLE, self.with_graph_column(KERNEL_LEAN_COLUMNS), KERNEL_NAME)
 
     def lean_runtime_read(self) -> IntegerRead:
         """The read of the runtime table that a report makes (``read_nsys_sqlite(details=False)``)."""
         return self.integer_read(RUNTIME_TABLE, RUNTIME_LEAN_COLUMNS)
-
-    def graph_column(self) -> str | None:
-        """The kernel table's column that tells a kernel run inside a CUDA graph (KERNEL_GRAPH_COLUMNS), or None."""
-        return next((c for c in KERNEL_GRAPH_COLUMNS if c in self.columns.get(KERNEL_TABLE, ())), None)
 
     def nvtx_read(self) -> IntegerRead:
         """The read of the NVTX table's integer columns, every row (``read_nvtx`` filters them; the text comes apart)."""

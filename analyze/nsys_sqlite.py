@@ -23,8 +23,6 @@ from pandas.api.types import union_categoricals
 from analyze.errors import InputError
 from analyze.intervals import nesting_depth
 from analyze.nsys_schema import (
-    GRAPH_EVENT_TABLES,
-    GRAPH_LAUNCH_APIS,
     GRAPH_TRACE_COLUMNS,
     GRAPH_TRACE_TABLE,
     KERNEL_COLUMNS,
@@ -187,10 +185,6 @@ class Export(Catalog):
             df[c] = col.astype(np.int64)  # no rows: the column's type is whatever the driver guessed
         return df
 
-    def has_rows(self, table: str) -> bool:
-        """``table`` exists and holds a row (an export made with ``--lazy=false`` has every table, most empty)."""
-        return self.has(table) and len(self.query(f'SELECT 1 FROM "{table}" LIMIT 1')) > 0
-
     def select_soon(self, table: str, spec: tuple[tuple[str, ...], tuple[str, ...]]) -> Future:
         """``select()`` on a worker thread (see ``soon``)."""
         return self.soon(self.select, table, spec)
@@ -309,14 +303,10 @@ def _times(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def read_kernels(
-    exp: Export, strings: pd.Series, details: bool = True, graph_column: str | None = None
-) -> pd.DataFrame:
+def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """Kernels, and CUDA graph launches traced whole (``read_graph_launches``) as kernels named "[CUDA graph N]".
 
     Without ``details`` both names are the demangled one (else the short one), shapes and streams -1.
-    ``graph_column`` (``kernel_graph_column``): the kernel table's column read for ``graph_id``; None: every
-    kernel ran on its own (-1), with no read.
     """
     launches = read_graph_launches(exp, details) if exp.has(GRAPH_TRACE_TABLE) else None
     if not exp.has(KERNEL_TABLE):
@@ -324,7 +314,7 @@ def read_kernels(
     table = KERNEL_TABLE
     no_name = InputError(f"{exp.path}: {table} has no kernel name column")
     if details:
-        df = _times(exp.select(table, KERNEL_COLUMNS))
+        df = _times(exp.select(table, exp.with_graph_column(KERNEL_COLUMNS)))
         short, demangled = df["shortName"], df["demangledName"]
         if ((short == MISSING) & (demangled == MISSING)).all():
             raise no_name
@@ -336,8 +326,7 @@ def read_kernels(
             raise no_name
         df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
         df["name"] = df["demangled_name"]
-    graph_ids = _kernel_graph_ids(exp, graph_column, len(df))
-    df = with_columns(df, {"pid": pids_of(df["globalPid"].to_numpy()), "graph_id": graph_ids})
+    df = with_columns(df, {"pid": pids_of(df["globalPid"].to_numpy()), "graph_id": _graph_ids(df, exp.graph_column)})
     if details:
         df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
     else:
@@ -360,27 +349,12 @@ def read_kernels(
     return df if launches is None else _with_launches(df, launches)
 
 
-def kernel_graph_column(exp: Export, strings: pd.Series) -> str | None:
-    """The kernel table's graph column (``Catalog.graph_column``) where the export shows CUDA graphs in use: a graph
-    launch call among its strings, or a row in a graph table. Elsewhere no kernel can carry a graph id, and the
-    column (all NULL, near the end of each record) is not read: on 1.1M kernels it cost 0.05-0.1 s.
-    """
-    column = exp.graph_column()
-    if column is None:
-        return None
-    names = strings.to_numpy(dtype=object)
-    launched = any(isinstance(v, str) and v.startswith(GRAPH_LAUNCH_APIS) for v in names)
-    return column if launched or any(exp.has_rows(t) for t in GRAPH_EVENT_TABLES) else None
-
-
-def _kernel_graph_ids(exp: Export, column: str | None, rows: int) -> np.ndarray:
+def _graph_ids(df: pd.DataFrame, column: str | None) -> np.ndarray:
     """graph_id of each kernel row: its graphId, UNNAMED_GRAPH where only graphNodeId says it ran in a graph, -1
-    where it ran on its own; a read-only view of -1 when ``column`` is None."""
+    where it ran on its own; a read-only view of -1 where the graph column was not read (``Catalog.graph_column``)."""
     if column is None:
-        return np.broadcast_to(np.int64(MISSING), rows)
-    ids = exp.select(KERNEL_TABLE, ((), (column,)))[column].to_numpy()
-    if len(ids) != rows:  # the two reads saw different rows: the file changed between them
-        raise InputError(f"{exp.path}: {KERNEL_TABLE} changed while it was read")
+        return np.broadcast_to(np.int64(MISSING), len(df))
+    ids = df[column].to_numpy()
     in_graph = ids > 0  # NULL reads as MISSING; 0 is CUPTI's "no graph"
     return np.where(in_graph, ids if column == "graphId" else UNNAMED_GRAPH, MISSING)
 
@@ -686,7 +660,7 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
         # The big tables are read and decoded on worker threads while NVTX is read here.
         pending = {}
         if exp.has(KERNEL_TABLE) or exp.has(GRAPH_TRACE_TABLE):  # graph launches traced whole: kernels of a kind
-            pending["kernels"] = exp.soon(read_kernels, exp, strings, details, kernel_graph_column(exp, strings))
+            pending["kernels"] = exp.soon(read_kernels, exp, strings, details)
         if exp.has(RUNTIME_TABLE):
             pending["runtime"] = exp.soon(read_runtime, exp, strings, details)
         memop_tables = {t: exp.select_soon(t, spec) for t, spec in MEMOP_TABLES.items() if exp.has(t)}

@@ -29,7 +29,8 @@ import pytest
 
 from analyze import trace_cache
 from analyze.breakdown import analyze_trace
-from analyze.nsys_sqlite import Export, _strings, kernel_graph_column, read_nsys_sqlite
+from analyze.nsys_schema import Catalog
+from analyze.nsys_sqlite import read_nsys_sqlite
 from analyze.sources import Source, read_trace
 from analyze.tables import SCHEMAS
 from tests.conftest import ROOT, SHARED_DATA, shared_params
@@ -347,12 +348,31 @@ def _relabelled(trace):
 @pytest.mark.parametrize("path", shared_params("nsys_sqlite", "*.sqlite"))
 def test_exports_without_graphs_skip_the_graph_column(path):
     """The kernel table's graph column (in every export since 2022.4) is read only where graphs were used."""
-    exp = Export(path)
+    catalog = Catalog(path)
     try:
-        assert kernel_graph_column(exp, _strings(exp)) is None
+        assert catalog.graph_column is None
+        if catalog.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+            read = catalog.lean_kernel_read()
+            assert not {"graphId", "graphNodeId"} & {c for _, cols in read.sources for c in cols}
     finally:
-        exp.close()
+        catalog.close()
     assert (read_nsys_sqlite(path, details=False).kernels["graph_id"] == -1).all()
+
+
+@pytest.mark.parametrize("make", FIXTURES.values(), ids=FIXTURES.keys())
+def test_exports_with_graphs_read_the_graph_column_with_the_kernels(make, tmp_path):
+    catalog = Catalog(make(tmp_path))
+    try:
+        want = (
+            None
+            if not catalog.has("CUPTI_ACTIVITY_KIND_KERNEL")
+            else next(c for c in ("graphId", "graphNodeId") if c in catalog.columns["CUPTI_ACTIVITY_KIND_KERNEL"])
+        )
+        assert catalog.graph_column == want
+        if want:
+            assert want in dict(catalog.lean_kernel_read().positions)  # one read of the table, early or not
+    finally:
+        catalog.close()
 
 
 def test_report_says_how_much_gpu_time_ran_in_graphs(tmp_path, original):
