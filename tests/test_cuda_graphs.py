@@ -190,7 +190,7 @@ def test_graph_launches_are_kernels_rows(tmp_path):
     assert (got["duration_ns"].to_numpy() == (launches["end"] - launches["start"]).to_numpy()).all()
     assert (got[["grid_x", "block_z", "registers_per_thread", "shared_memory_bytes"]] == -1).all().all()
     assert (got["stream_id"] == before.kernels["stream_id"].iloc[0]).all()
-    assert (trace.kernels["graph_id"][trace.kernels["graph_id"] < 0] == -1).all()
+    assert (trace.kernels["graph_id"] >= -1).all()
 
 
 def test_graph_launches_count_in_busy_time_ranges_and_phases(tmp_path, original):
@@ -213,6 +213,7 @@ def test_graph_launches_count_in_busy_time_ranges_and_phases(tmp_path, original)
     ranges, before = _by_name(res["ranges"]), _by_name(original["ranges"])
     for name in ENCLOSING:  # every launch call lies inside these: the graphs replace their kernels there
         assert ranges.loc[name, "kernel_time_ns"] == before.loc[name, "kernel_time_ns"] - removed_ns + graph_ns
+        assert ranges.loc[name, "kernels"] == before.loc[name, "kernels"] - launches["removed"].sum() + LAUNCHES
     for name in UNTOUCHED:
         assert ranges.loc[name, "kernel_time_ns"] == before.loc[name, "kernel_time_ns"]
     phases, old_phases = _by_name(res["phases"]), _by_name(original["phases"])
@@ -266,7 +267,7 @@ def test_node_level_kernels_count_as_usual_with_their_graph(tmp_path, original, 
 def test_a_launch_also_traced_node_by_node_counts_once(tmp_path):
     """Should an export hold both (a graph launch row and kernels with a graph id from the same call), the
     launch row is left out rather than counting its GPU time twice."""
-    path, graph_of = node_level(tmp_path)
+    path, _ = node_level(tmp_path)
     con = sqlite3.connect(path)
     con.execute(GRAPH_TRACE_DDL)
     con.execute(
