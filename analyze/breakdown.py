@@ -32,9 +32,11 @@ from analyze.projection import (
     take_rows,
 )
 from analyze.stats import group_stats
-from analyze.tables import Trace, one_value
+from analyze.tables import Trace, one_value, one_value_view
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
+# A kernels row that stands for a whole CUDA graph launch (readers name it "[CUDA graph N]", CONTRACT).
+GRAPH_LAUNCH_NAME = re.compile(r"^\[cuda graph", re.IGNORECASE)
 PROJECTED_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "correlation_id", "category", "is_kernel"]
 OP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "device_id", "stream_id", "correlation_id", "pid"]
 
@@ -103,11 +105,12 @@ def count_unique(values: np.ndarray) -> int:
 
 
 def summarize_trace(trace: Trace, ops: pd.DataFrame, launched_ops: int = -1) -> pd.DataFrame:
-    """One-row overview: GPUs, profiled span, kernel count and times, busy fraction.
+    """One-row overview: GPUs, profiled span, kernel count and times, busy fraction, CUDA graphs.
 
     Span runs from the first to the last GPU op (or CPU range when no GPU op ran).
     ``launched_ops`` counts the ops matched to their launching CPU call (``len(launches(...))``):
-    only those can be projected onto NVTX ranges (-1: not matched).
+    only those can be projected onto NVTX ranges (-1: not matched). CUDA graphs (``summarize_graphs``):
+    graph_kernels, graph_launches, graph_time_ns, graph_time_frac.
     """
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     kernel_ns = ops["duration_ns"].to_numpy()[is_kernel]
@@ -133,9 +136,33 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame, launched_ops: int = -1) -> 
                 "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
                 "nvtx_ranges": len(trace.nvtx),
                 "launched_ops": launched_ops,
+                **summarize_graphs(trace.kernels, int(kernel_ns.sum())),
             }
         ]
     )
+
+
+def summarize_graphs(kernels: pd.DataFrame, kernel_time_ns: int) -> dict:
+    """GPU time in CUDA graphs: the kernels rows with a graph_id (>= 0).
+
+    graph_kernels counts them: kernels traced inside graphs (nsys ``--cuda-graph-trace=node``, Kineto) plus
+    graph launches traced whole; graph_launches counts the latter (named "[CUDA graph N]", their kernels
+    not in the trace); graph_time_ns sums their durations, graph_time_frac is its share of kernel time.
+    """
+    graph_id = kernels["graph_id"].to_numpy()
+    in_graph = np.zeros(0, dtype=bool) if one_value_view(graph_id) and graph_id[0] < 0 else graph_id >= 0
+    if not in_graph.any():
+        return {"graph_kernels": 0, "graph_launches": 0, "graph_time_ns": 0, "graph_time_frac": 0.0}
+    names = pd.Categorical(kernels["name"])
+    whole = np.asarray(names.categories.str.contains(GRAPH_LAUNCH_NAME), dtype=bool)
+    codes = names.codes[in_graph]
+    graph_ns = int(kernels["duration_ns"].to_numpy()[in_graph].sum())
+    return {
+        "graph_kernels": int(in_graph.sum()),
+        "graph_launches": int(np.count_nonzero(whole[codes[codes >= 0]])),
+        "graph_time_ns": graph_ns,
+        "graph_time_frac": graph_ns / kernel_time_ns if kernel_time_ns else np.nan,
+    }
 
 
 def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame:

@@ -246,6 +246,7 @@ def _kernels(path: Path, events: list[dict], launch_pid: dict, main_pid: int) ->
         "device_id": [_int(a.get("device"), _int(e.get("pid"))) for a, e in zip(args, events, strict=True)],
         "stream_id": [_int(a.get("stream"), _int(e.get("tid"))) for a, e in zip(args, events, strict=True)],
         "correlation_id": corr,
+        "graph_id": -1,  # CUDA graphs: not read from Kineto traces here
         "pid": [launch_pid.get(c, main_pid) for c in corr],
         **{f"grid_{ax}": [_dim(g, i) for g in grids] for i, ax in enumerate("xyz")},
         **{f"block_{ax}": [_dim(b, i) for b in blocks] for i, ax in enumerate("xyz")},

@@ -18,6 +18,8 @@ from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
 RANGES_WITH_KERNELS, KERNELS_PER_RANGE = 12, 3  # the "Top kernels inside each range" table
+# Summary columns shown where a kernel ran in a CUDA graph
+GRAPH_COLUMNS = ("graph_kernels", "graph_launches", "graph_time_ns", "graph_time_frac")
 # The analysis tables a report shows, plus the GPU ops for its per-rank table: all but the per-pair and
 # per-instance tables and the ungrouped range kernels (analyze_trace skips those).
 REPORT_TABLES = tuple(t for t in TABLES if t not in ("attributed", "projection", "range_kernels"))
@@ -62,6 +64,9 @@ def findings(res: TraceResult) -> list[str]:
     out.append(f"Kernels no taxonomy rule matched ('other'): {_pct(other)} of GPU operation time.")
     busy = summary["gpu_busy_frac"]
     out.append(f"The GPU was busy {_pct(busy)} of the time between its first and last operation.")
+    graphs = _graph_finding(summary)
+    if graphs:
+        out.append(graphs)
     unlaunched = _ops_without_launch(summary)
     if unlaunched and summary["nvtx_ranges"]:
         out.append(
@@ -69,6 +74,27 @@ def findings(res: TraceResult) -> list[str]:
             "in this trace (CUDA runtime events not recorded, or trimmed), so NVTX ranges cannot claim them."
         )
     return out
+
+
+def _graph_finding(summary: pd.Series) -> str:
+    """What the trace says of CUDA graphs ("" when no kernel ran in one)."""
+    in_graphs = int(summary.get("graph_kernels", 0))
+    if not in_graphs:
+        return ""
+    whole = int(summary["graph_launches"])
+    parts = []
+    if in_graphs > whole:
+        parts.append(f"{in_graphs - whole} kernels launched inside graphs")
+    if whole:
+        parts.append(
+            f"{whole} graph launches traced whole, each counted as one GPU operation `[CUDA graph N]`: the kernels "
+            "inside them are not in this trace (nsys --cuda-graph-trace=graph; trace with --cuda-graph-trace=node "
+            "to see them)"
+        )
+    return (
+        f"GPU time in CUDA graphs: {summary['graph_time_ns'] / 1e6:.3f} ms, {_pct(summary['graph_time_frac'])} of kernel "
+        f"time ({'; '.join(parts)})."
+    )
 
 
 def _ops_without_launch(summary: pd.Series) -> int:
@@ -103,6 +129,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
             "gpu_busy_frac",
             "nvtx_ranges",
             "launched_ops",
+            *(GRAPH_COLUMNS if t["summary"].iloc[0].get("graph_kernels", 0) else ()),
         ]
     ]
     sec.tables.append(Table("Summary", summary, key=f"{res.label}_summary"))
