@@ -3,6 +3,9 @@
 File kinds are recognised by suffix (a data table, first match wins); JSON
 files found while walking a directory are read only when they look like PyTorch
 profiler traces, so result files and metadata sidecars beside them are skipped.
+A JSON file that may be a trace but cannot be sniffed (a broken gzip stream), or
+that is named like one (``*.pt.trace.json``), is read anyway: its reader then
+says what is wrong with it, where a skip would hide it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ SOURCE_RULES = (  # suffix, kind; first match wins
     (".pkl", "memory-snapshot"),
 )
 TRACE_KINDS = ("nsys-report", "nsys-sqlite", "kineto")
+# torch.profiler.tensorboard_trace_handler names its files <worker>.<time>.pt.trace.json[.gz]
+TRACE_NAMES = (".pt.trace.json", ".pt.trace.json.gz")
 METADATA_NAMES = ("run.json",)
 
 
@@ -40,9 +45,10 @@ def kind_of(path: Path) -> str | None:
 
 
 def _is_trace_json(path: Path) -> bool:
-    from analyze.kineto import looks_like_kineto
+    """Read this JSON found in a folder? Yes unless it is readable and starts unlike a trace."""
+    from analyze.kineto import sniff
 
-    return looks_like_kineto(path)
+    return path.name.lower().endswith(TRACE_NAMES) or sniff(path) != "other"
 
 
 def discover(paths: list[str | Path]) -> list[Source]:
