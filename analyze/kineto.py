@@ -59,7 +59,7 @@ CATEGORY_ROLES = {
     "cuda_runtime": "runtime",
     "cuda_driver": "runtime",
     "Runtime": "runtime",
-    "hip_runtime": "runtime",
+    "hip_runtime": "runtime",  # not a Kineto spelling: kept for ROCm tools' Chrome traces that use it
     "gpu_memcpy": "memcpy",
     "Memcpy": "memcpy",
     "gpu_memset": "memset",
@@ -118,9 +118,7 @@ def sniff(path: str | Path) -> str:
             f.seek(0)
             stream = gzip.GzipFile(fileobj=f) if magic == GZIP_MAGIC else f
             head = stream.read(SNIFF_BYTES)
-    except IsADirectoryError:
-        return "other"
-    except FileNotFoundError:
+    except (IsADirectoryError, FileNotFoundError):
         return "other"
     except (OSError, EOFError, zlib.error):
         return "unreadable"
