@@ -80,6 +80,7 @@ HIP_OPS = {
     "CopyDeviceToDevice": ("memcpy", "[CUDA memcpy Device-to-Device]"),
     "FillBuffer": ("memset", "[CUDA memset]"),
     "Marker": (None, ""),
+    "Barrier": (None, ""),
     "BarrierAnd": (None, ""),
     "BarrierOr": (None, ""),
 }
