@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from analyze.breakdown import TABLES, gemm_vs_elementwise
-from profiler_kit.render.units import compact_name
+from analyze.range_groups import group_numbered_ranges
+from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
@@ -131,7 +132,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
         sec.figures.append(
             Figure(
                 "Top kernels by GPU time",
-                kern.assign(kernel=kern["kernel"].map(_short)),
+                kern.assign(kernel=compact_names(kern["kernel"].tolist(), 90)),  # one bar per kernel
                 "bar",
                 x="kernel",
                 y="total_ns",
@@ -164,6 +165,9 @@ def ranks_section(res: TraceResult) -> Section:
     )
 
 
+SPREAD_COLUMNS = ["members", "member_cpu_min_ns", "member_cpu_median_ns", "member_cpu_max_ns"]
+
+
 def ranges_section(res: TraceResult, top: int) -> Section:
     ranges = res.tables["range_groups"]
     cols = [
@@ -179,12 +183,24 @@ def ranges_section(res: TraceResult, top: int) -> Section:
     frac_cols = [c for c in ranges.columns if c.endswith("_frac")]
     summary = res.tables["summary"].iloc[0]
     no_launches = summary["kernels"] > 0 and summary.get("launched_ops", -1) == 0
+    folded = group_numbered_ranges(ranges)
     if no_launches:  # nothing could be projected: blank GPU columns say "unknown", zeros would say "none"
-        ranges = ranges.assign(
+        folded = folded.assign(
             **{c: np.nan for c in ["projected_instances", "gpu_span_avg_ns", "kernels", "kernel_time_ns"]}
         )
     n_names = len(res.tables["ranges"])
     grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != len(ranges) else ""
+    numbered = folded[folded["members"] > 1]
+    fold_text = (
+        [
+            f"{int(numbered['members'].sum())} names that differ only in a number are shown as {len(numbered)} row{'s' * (len(numbered) > 1)} "
+            f"({', '.join(numbered['range'].head(3))}{', ...' if len(numbered) > 3 else ''}): their totals summed, "
+            "with the smallest, median and largest CPU total of their members."
+        ]
+        if len(numbered)
+        else []
+    )
+    shown = [*cols, *(SPREAD_COLUMNS if len(numbered) else []), *frac_cols]
     sec = Section(
         "NVTX ranges",
         text=[
@@ -192,6 +208,7 @@ def ranges_section(res: TraceResult, top: int) -> Section:
             "CPU time is the range's own duration; GPU span runs from the first to the last GPU operation launched inside it; "
             "kernel time sums the kernels launched inside it on the range's thread (nested ranges count a kernel under every "
             "enclosing range, as nsys does).",
+            *fold_text,
             *(
                 [
                     "This trace records no CUDA runtime calls, so no GPU operation can be tied to a range: "
@@ -203,7 +220,11 @@ def ranges_section(res: TraceResult, top: int) -> Section:
         ],
     )
     sec.tables.append(
-        Table("Ranges by CPU time", ranges.head(max(top * 2, 30))[cols + frac_cols], key=f"{res.label}_ranges")
+        Table(
+            "Ranges by CPU time",
+            folded.head(max(top * 2, 30))[shown],
+            key=f"{res.label}_ranges",
+        )
     )
     inside = kernels_inside_ranges(res, ranges) if not no_launches else pd.DataFrame()
     if len(inside):
@@ -340,10 +361,31 @@ def comparison_section(results: list[TraceResult]) -> Section:
     return sec
 
 
+def skipped_section(skipped) -> Section:
+    """The inputs a report leaves out (``analyze.sources.Skipped`` rows), first, so no reader misses them."""
+    rows = pd.DataFrame([(s.path, s.reason) for s in skipped], columns=["input", "reason"])
+    return Section(
+        "Skipped inputs",
+        text=[f"{len(rows)} input(s) could not be read; nothing below comes from them."],
+        tables=[
+            Table(
+                "Skipped inputs",
+                rows,
+                note="Long reasons are cut here; the lines on stderr and --format csv/json give them whole.",
+                key="skipped_inputs",
+            )
+        ],
+    )
+
+
 def build_report(
-    results: list[TraceResult], title: str = "profiler-kit report", top: int = 15, extra: list[Section] | None = None
+    results: list[TraceResult],
+    title: str = "profiler-kit report",
+    top: int = 15,
+    extra: list[Section] | None = None,
+    skipped=(),
 ) -> Report:
-    """The report over one or several analysed traces (plus any extra sections)."""
+    """The report over one or several analysed traces (plus any extra sections, and the inputs ``skipped``)."""
     report = Report(
         title,
         text=[
@@ -351,6 +393,8 @@ def build_report(
             "nsys stats (gpukernsum, nvtxsum, nvtxkernsum, nvtxgpuproj) definitions."
         ],
     )
+    if skipped:
+        report.sections.append(skipped_section(skipped))
     if len(results) > 1:
         report.sections.append(comparison_section(results))
     report.sections.extend(trace_section(r, top) for r in results)
@@ -371,21 +415,29 @@ def label_for(path, roots) -> str:
     return path.name
 
 
-def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[TraceResult]:
+def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
     ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
+    ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
+    (``analyze.sources.READ_ERRORS``); without it the first such error is raised.
     """
     from analyze.breakdown import analyze_trace
     from analyze.projection import distinct_values
     from analyze.ranks import summarize_rank_time
-    from analyze.sources import read_trace
+    from analyze.sources import READ_ERRORS, read_trace
     from analyze.tables import one_value_view
 
     results = []
     for src in sources:
-        trace = read_trace(src, details=False, cache=cache, runtime_later=True)
-        tables = analyze_trace(trace, REPORT_TABLES)
+        try:
+            trace = read_trace(src, details=False, cache=cache, runtime_later=True)
+            tables = analyze_trace(trace, REPORT_TABLES)
+        except READ_ERRORS as err:
+            if skip is None:
+                raise
+            skip(src.path, err)
+            continue
         ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
         pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)

@@ -82,11 +82,22 @@ def find_snapshots(paths: list[Path]) -> list[Path]:
     return found
 
 
-def load_snapshots(paths: list[Path]) -> list[tuple[str, MemorySnapshot, dict]]:
-    """Read snapshots: ``(label, snapshot, run fields)`` with the label made unique."""
+def load_snapshots(paths: list[Path], skip=None) -> list[tuple[str, MemorySnapshot, dict]]:
+    """Read snapshots: ``(label, snapshot, run fields)`` with the label made unique.
+
+    ``skip(path, error)``, when given, takes each snapshot that cannot be read, which is left out.
+    """
+    from analyze.sources import READ_ERRORS
+
     out, seen = [], set()
     for path in paths:
-        snap = read_memory_snapshot(path)
+        try:
+            snap = read_memory_snapshot(path)
+        except READ_ERRORS as err:
+            if skip is None:
+                raise
+            skip(Path(path), err)
+            continue
         label = snapshot_stem(Path(path))
         if label in GENERIC_STEMS:  # record --memory writes <run_id>/memory.pickle: the folder names the run
             label = Path(path).parent.name or label
@@ -268,13 +279,13 @@ def comparison_table(snapshots: list[tuple[str, MemorySnapshot, dict]], analyses
 
 
 def memory_sections(snapshots: list[tuple[str, MemorySnapshot, dict]], top: int = 10) -> list[Section]:
-    """Sections for ``profiler-kit report``: a comparison (when several), one per snapshot, the rules."""
+    """Sections for ``profiler-kit report``: the peaks (a comparison when several), one per snapshot, the rules."""
     analyses = {label: {dev: analyze_snapshot(snap, dev) for dev in snap.devices()} for label, snap, _ in snapshots}
     out = []
-    if len(snapshots) > 1:
+    if snapshots:  # one snapshot too: scripts read its peak from this table (--format csv/json)
         out.append(
             Section(
-                title="Memory: comparison",
+                title="Memory: comparison" if len(snapshots) > 1 else "Memory: peak",
                 text=["Peaks replayed from each snapshot's trace; run fields from file names or run.json / <stem>.json beside the file."],
                 tables=[Table("Peak memory per snapshot", comparison_table(snapshots, analyses), key="memory_comparison",
                               note="before_trace: bytes allocated before the first recorded event (a baseline rebuilt from segments); "
@@ -286,12 +297,17 @@ def memory_sections(snapshots: list[tuple[str, MemorySnapshot, dict]], top: int 
     return out
 
 
-def build_memory_report(snapshots: list[tuple[str, MemorySnapshot, dict]], top: int = 10) -> Report:
-    """The ``profiler-kit memory`` report for one or many snapshots."""
+def build_memory_report(snapshots: list[tuple[str, MemorySnapshot, dict]], top: int = 10, skipped=()) -> Report:
+    """The ``profiler-kit memory`` report for one or many snapshots (and the inputs ``skipped``, listed first)."""
+    sections = memory_sections(snapshots, top)
+    if skipped:
+        from profiler_kit.build import skipped_section  # imports the trace analyses: only when needed
+
+        sections.insert(0, skipped_section(skipped))
     return Report(
         title="GPU memory",
         text=[
             f"{len(snapshots)} torch.cuda.memory snapshot(s). Sizes in MiB unless stated; 'allocated' counts allocator blocks as torch.cuda.max_memory_allocated does."
         ],
-        sections=memory_sections(snapshots, top),
+        sections=sections,
     )

@@ -34,6 +34,9 @@ ATTN_RANGES = ("computing attention scores", "computing softmax", "final matmul"
 SOFTMAX_FLOPS_PER_SCORE = 5  # max, subtract, exp, sum, divide (the hand-written softmax)
 CALIBRATION_FILE = "calibration.json"  # as profiler_kit.run writes it
 NOT_MEASURED = "not measured"
+# A cell whose timed steps spread more than this ((max - min) / mean, worst phase) is flagged unstable, and no
+# ratio is derived from it: one such fp32 cell (forward 10.8-307.7 ms) once gave a "bf16 speedup" of 49.
+UNSTABLE_SPREAD = 0.25
 
 
 def find_run_dirs(paths) -> list[Path]:
@@ -107,20 +110,39 @@ def timing_table(metas: list[dict]) -> pd.DataFrame:
             row[f"{'step' if p == 'step_wall' else p}_ns"] = _phase(m, "unprofiled", p)
         row["step_std_ns"] = _phase(m, "unprofiled", "step_wall", "std")
         row["steps"] = ((m.get("unprofiled") or {}).get("phases") or {}).get("step_wall", {}).get("n")
+        row["spread_frac"] = _spread(m, "unprofiled")
+        row["unstable"] = bool(row["spread_frac"] > UNSTABLE_SPREAD)
         row["peak_allocated_bytes"] = m.get("max_memory_allocated_bytes")
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _spread(meta: dict, which: str) -> float:
+    """The widest (max - min) / mean over the run's timed phases (NaN when none was timed)."""
+    phases = (meta.get(which) or {}).get("phases") or {}
+    spreads = [
+        (p["max"] - p["min"]) / p["mean"]
+        for p in (phases.get(name) or {} for name in PHASES)
+        if all(isinstance(p.get(k), int | float) for k in ("min", "max", "mean")) and p["mean"] > 0
+    ]
+    return max(spreads) if spreads else np.nan
+
+
 def precision_table(timing: pd.DataFrame) -> pd.DataFrame:
     """fp32 vs bf16 mean step time per (size, ctx, mode), and the bf16 speed-up (fp32 / bf16)."""
     ok = timing[timing["status"] == "ok"]
-    wide = ok.pivot_table(index=["size", "ctx", "mode"], columns="precision", values="step_ns", aggfunc="first")
+    index = ["size", "ctx", "mode"]
+    wide = ok.pivot_table(index=index, columns="precision", values="step_ns", aggfunc="first")
     if not {"fp32", "bf16"} <= set(wide.columns):
         return pd.DataFrame()
-    out = wide[["fp32", "bf16"]].rename(columns={"fp32": "fp32_step_ns", "bf16": "bf16_step_ns"}).reset_index()
-    out["bf16_speedup"] = out["fp32_step_ns"] / out["bf16_step_ns"]
-    out = out.dropna(subset=["bf16_speedup"])
+    unstable = ok.pivot_table(index=index, columns="precision", values="unstable", aggfunc="any")
+    out = wide[["fp32", "bf16"]].rename(columns={"fp32": "fp32_step_ns", "bf16": "bf16_step_ns"})
+    out = out.dropna().reset_index()
+    shaky = unstable.reindex(pd.MultiIndex.from_frame(out[index]))[["fp32", "bf16"]].fillna(False).to_numpy()
+    out["unstable"] = np.where(
+        shaky[:, 0] & shaky[:, 1], "both", np.where(shaky[:, 0], "fp32", np.where(shaky[:, 1], "bf16", ""))
+    )
+    out["bf16_speedup"] = np.where(out["unstable"] == "", out["fp32_step_ns"] / out["bf16_step_ns"], np.nan)
     return out.sort_values(["size", "mode", "ctx"], key=lambda c: c.map(SIZE_ORDER) if c.name == "size" else c)
 
 
@@ -130,28 +152,56 @@ def overhead_table(metas: list[dict]) -> pd.DataFrame:
     for m in metas:
         if m.get("profiled") and m.get("status") == "ok":
             plain, prof = _phase(m, "unprofiled", "step_wall"), _phase(m, "profiled", "step_wall")
+            # run-to-run noise of the ratio: the two means' relative standard deviations, combined
+            noise = np.hypot(
+                _phase(m, "unprofiled", "step_wall", "std") / plain, _phase(m, "profiled", "step_wall", "std") / prof
+            )
+            overhead = prof / plain - 1
             rows.append(
                 {
                     **_labels(m),
                     "backend": m.get("backend"),
                     "unprofiled_step_ns": plain,
                     "profiled_step_ns": prof,
-                    "overhead_frac": prof / plain - 1,
+                    "overhead_frac": overhead,
+                    "noise_frac": noise,
+                    "verdict": _overhead_verdict(overhead, noise),
                 }
             )
     return pd.DataFrame(rows)
 
 
-def read_run_trace(run_dir: Path):
-    """The run's trace through the analyze readers, or None when it has none."""
-    if (run_dir / "trace.json.gz").exists():
+def _overhead_verdict(overhead: float, noise: float) -> str:
+    """Whether the overhead stands out of the step-to-step noise (a negative one within it is noise)."""
+    if not np.isfinite(overhead):
+        return ""
+    if not np.isfinite(noise):
+        return "no noise estimate (one step)"
+    if abs(overhead) <= noise:
+        return "within noise"
+    return "profiler faster (outside noise: check the runs)" if overhead < 0 else "overhead"
+
+
+def read_run_trace(run_dir: Path, meta: dict | None = None):
+    """The run's trace through the analyze readers, or None when it has none.
+
+    A run.json that names its record's trace (``trace``; null for backend none) picks it: a folder
+    recorded again with another backend also holds the earlier record's trace, whose timings are gone.
+    """
+    if meta and "trace" in meta:
+        names = [meta["trace"]] if meta["trace"] else []
+    else:  # run.json from before ``trace``: whichever trace is there
+        names = ["trace.json.gz", "trace.sqlite"]
+    for path in (run_dir / n for n in names):
+        if not path.exists():
+            continue
+        if path.suffix == ".sqlite":
+            from analyze.nsys_sqlite import read_nsys_sqlite
+
+            return read_nsys_sqlite(path)
         from analyze.kineto import read_kineto
 
-        return read_kineto(run_dir / "trace.json.gz")
-    if (run_dir / "trace.sqlite").exists():
-        from analyze.nsys_sqlite import read_nsys_sqlite
-
-        return read_nsys_sqlite(run_dir / "trace.sqlite")
+        return read_kineto(path)
     return None
 
 
@@ -436,14 +486,25 @@ def build_sweep_sections(run_dirs, roots=()) -> list[Section]:
     prec = precision_table(timing)
     if len(prec):
         sections.append(
-            Section("fp32 vs bf16", ["bf16_speedup = fp32 step / bf16 step (autocast)."], [Table("fp32 vs bf16", prec)])
+            Section(
+                "fp32 vs bf16",
+                [
+                    "bf16_speedup = fp32 step / bf16 step (autocast); none is given where a cell's timed steps spread "
+                    f"over {UNSTABLE_SPREAD:.0%} ((max - min) / mean, worst phase; the `unstable` column names it)."
+                ],
+                [Table("fp32 vs bf16", prec)],
+            )
         )
     over = overhead_table(metas)
     if len(over):
         sections.append(
             Section(
                 "Profiling overhead",
-                ["Mean wall-clock step of the same warm workload without and with the profiler."],
+                [
+                    "Mean wall-clock step of the same warm workload without and with the profiler. noise_frac combines "
+                    "the two means' relative standard deviations over their steps; an overhead within it (negative "
+                    "ones included) is run-to-run noise, not a cost or a gain."
+                ],
                 [Table("Profiled vs unprofiled step time", over)],
             )
         )
@@ -451,7 +512,7 @@ def build_sweep_sections(run_dirs, roots=()) -> list[Section]:
     for m in metas:
         if m.get("status") != "ok":
             continue
-        trace = read_run_trace(m["_dir"])
+        trace = read_run_trace(m["_dir"], m)
         if trace is not None:
             kernel_rows.append(summarize_run_trace(trace, m))
             if m.get("model") and m.get("spec", {}).get("workload", "lm") == "lm":
@@ -462,8 +523,12 @@ def build_sweep_sections(run_dirs, roots=()) -> list[Section]:
         if "trace_vs_harness_frac" in k:
             worst = k["trace_vs_harness_frac"].abs().max()
             text.append(
-                f"Forward GPU span in the trace vs the harness's forward time of the same profiled steps: "
-                f"largest difference {worst:.1%} ({'within' if worst <= 0.10 else 'outside'} 10%)."
+                "Forward GPU span in the trace vs the harness's forward time of the same profiled steps: "
+                + (
+                    f"largest difference {worst:.1%} ({'within' if worst <= 0.10 else 'outside'} 10%)."
+                    if np.isfinite(worst)
+                    else "no run has both a traced forward range and a harness forward time to compare."
+                )
             )
         top_cols = [c for c in k.columns if c.startswith("top_")]
         share_cols = [c for c in k.columns if c.endswith(("gemm_frac", "elementwise_frac"))]

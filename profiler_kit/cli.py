@@ -2,7 +2,9 @@
 
 Every command opens its inputs, calls one library function and writes the
 result. Bad input raises ``analyze.InputError``, shown as one line on stderr
-with exit code 2.
+with exit code 2; output that cannot be written is one line and exit code 3,
+Ctrl-C one line and 130 (EXIT_CODES). With several inputs, ``report`` and
+``memory`` list each one they cannot read and report the rest (exit code 1).
 """
 
 from __future__ import annotations
@@ -45,31 +47,96 @@ def importing():
             gc.enable()
 
 
-with importing():
-    import click
+try:
+    with importing():
+        import click
 
-    from analyze.errors import InputError
-    from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
+        from analyze.errors import InputError
+        from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
+except KeyboardInterrupt:  # Ctrl-C while the command starts: the line and exit code of later (Interrupted)
+    sys.stderr.write("Error: interrupted (Ctrl-C)\n")
+    raise SystemExit(130) from None
 
 REPORT_KEPT_BYTES = 1 << 30  # a report's freed memory stays with it until it exits
+
+SKIPPED, BAD_INPUT, CANNOT_WRITE, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
+EXIT_CODES = f"""\b
+Exit status:
+  0    every input was reported
+  {SKIPPED}    some inputs could not be read: listed on stderr and in the report
+  {BAD_INPUT}    no input could be read, bad usage, or (--strict) a bad input
+  {CANNOT_WRITE}    the output could not be written (not a folder, read-only, full)
+  {INTERRUPTED}  interrupted (Ctrl-C); no file is left half-written"""
 
 
 class BadInput(click.ClickException):
     """An InputError as click shows it: ``Error: <message>``, exit code 2."""
 
-    exit_code = 2
+    exit_code = BAD_INPUT
 
 
-class Group(click.Group):
-    """Turns library InputErrors (and unreadable files) into one-line errors."""
+class CannotWrite(click.ClickException):
+    """Output that cannot be written (an OutputError, standard output): ``Error: <message>``, exit code 3."""
+
+    exit_code = CANNOT_WRITE
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line instead of click's "Aborted!" (exit 1), exit code 130 as a shell gives a killed command."""
+
+    exit_code = INTERRUPTED
+
+    def __init__(self):
+        super().__init__("interrupted (Ctrl-C)")
+
+
+def caused_by_ctrl_c(err: BaseException) -> bool:
+    """Did Ctrl-C set off ``err``? A reader's cleanup can fail while a KeyboardInterrupt passes through it
+    (the SQLite driver: "cannot close, exported pointers exist"), and its error must not hide the Ctrl-C."""
+    stack, seen = [err], set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        stack += [e.__cause__, e.__context__]
+    return False
+
+
+class Parsing:
+    """Parsing the command line, --help and --version: Ctrl-C, and their output to a closed pipe or a full
+    disk, end as they do in the commands (one line, documented exit code)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            with writing_stdout():
+                return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+
+
+class Command(Parsing, click.Command):
+    """A command of the group (see Parsing)."""
+
+
+class Group(Parsing, click.Group):
+    """Turns library InputErrors (and unreadable files) and Ctrl-C into one-line errors."""
+
+    command_class = Command
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except InputError as err:
-            raise BadInput(str(err)) from None
-        except (MemoryError, RecursionError) as err:
+        except (InputError, MemoryError, RecursionError) as err:
+            if caused_by_ctrl_c(err):
+                raise Interrupted() from None
+            if isinstance(err, InputError):
+                raise BadInput(str(err)) from None
             raise BadInput(f"input too large or too deeply nested to read: {type(err).__name__}") from None
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,6 +149,10 @@ def cli():
     markdown reports with interactive HTML charts.
 
     Example: profiler-kit report examples/ -o reports/example
+
+    Exit status: 0 done; 1 some inputs skipped (report and memory, listed on
+    stderr); 2 bad input or usage; 3 output not written; 130 Ctrl-C; 141 the
+    reader of standard output went away (| head), quietly.
     """
 
 
@@ -97,6 +168,10 @@ def main() -> None:
         code = 0
     except SystemExit as done:
         code = done.code
+    except KeyboardInterrupt:  # outside the command (click's own handling would say "Aborted!")
+        with contextlib.suppress(OSError, ValueError):
+            click.echo(f"Error: {Interrupted().message}", err=True)
+        code = INTERRUPTED
     if threading.active_count() > 1 or not isinstance(code, int | None):
         sys.exit(code)
     atexit._run_exitfuncs()
@@ -119,6 +194,126 @@ def echo_written(paths: list[Path]) -> None:
         click.echo(f"wrote {p}", err=True)
 
 
+def writable(out_dir: Path) -> Path:
+    """``out_dir`` if a report can be written there (checked before the work, one line and exit 3 if not)."""
+    from profiler_kit.output import OutputError, check_out_dir
+
+    try:
+        return check_out_dir(out_dir)
+    except OutputError as err:
+        raise CannotWrite(str(err)) from None
+
+
+def write_report(out_dir: Path, files: dict[str, str | bytes]) -> None:
+    """Write the files all or nothing (``output.write_files``) and say where; one line and exit 3 if that fails."""
+    from profiler_kit.output import OutputError, write_files
+
+    try:
+        echo_written(write_files(out_dir, files))
+    except OutputError as err:
+        raise CannotWrite(str(err)) from None
+
+
+@contextlib.contextmanager
+def writing_stdout():
+    """Around writes to standard output: a reader that went away (``| head``) ends the command quietly with
+    exit code 141; any other failure (a full disk) is one line and exit code 3, never a traceback."""
+    try:
+        yield
+    except OSError as err:
+        with contextlib.suppress(OSError, ValueError):  # what is still buffered goes nowhere, not to a traceback
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        if isinstance(err, BrokenPipeError):
+            raise click.exceptions.Exit(CLOSED_PIPE) from None
+        raise CannotWrite(f"cannot write to standard output: {err.strerror or err}") from None
+
+
+def plain_stem(ctx, param, value: str) -> str:
+    """--stem: a plain file-name stem, so every output file lands in the output folder."""
+    if value in ("", ".", "..") or any(sep and sep in value for sep in ("/", os.sep, os.altsep, "\0")):
+        raise BadInput(f"--stem {value!r}: give a plain file name without '/' (like 'report'); -o picks the folder")
+    return value
+
+
+class Skips:
+    """Inputs a batch cannot read: each said in one line on stderr, listed in the report, and counted.
+
+    Strict (--strict, or a single input): the first one is the command's error instead (exit 2).
+    """
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.skipped = []
+
+    def __call__(self, path: Path, err: BaseException) -> None:
+        from analyze.sources import Skipped
+
+        if caused_by_ctrl_c(err):
+            raise KeyboardInterrupt
+        if self.strict:
+            if isinstance(err, OSError):
+                raise InputError(f"{path}: {err.strerror or err}") from None
+            raise err
+        row = Skipped.of(path, err)
+        self.skipped.append(row)
+        click.echo(f"skipped {row.path}: {row.reason}", err=True)
+
+    def nothing_read(self) -> InputError:
+        """The error when every input was skipped."""
+        return InputError(f"no input could be read ({len(self.skipped)} skipped, each listed above)")
+
+    def finish(self) -> None:
+        """Exit code 1 when inputs were skipped (the report of the others is written)."""
+        if self.skipped:
+            click.echo(f"{len(self.skipped)} input(s) skipped (listed above and in the report)", err=True)
+            raise click.exceptions.Exit(SKIPPED)
+
+
+def with_exit_codes(fn):
+    """Ends the command's help with EXIT_CODES (put it under the other decorators)."""
+    fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + "\n".join("    " + line for line in EXIT_CODES.splitlines()) + "\n"
+    return fn
+
+
+RUN_TRACES = ("trace.json.gz", "trace.sqlite")  # what build_sweep.read_run_trace reads in a record folder
+
+
+def readable_runs(run_dirs: list[Path], skips: Skips) -> list[Path]:
+    """The record folders the sweep tables can use: run.json readable (else a skipped input) and the trace
+    not skipped already (the sweep tables read both again; a run whose trace failed is left out of them)."""
+    from analyze.sources import READ_ERRORS
+    from profiler_kit.build_sweep import load_runs
+
+    failed = {Path(s.path).parent for s in skips.skipped if Path(s.path).name in RUN_TRACES}
+    keep = []
+    for d in run_dirs:
+        if d in failed:
+            continue
+        try:
+            load_runs([d])
+        except READ_ERRORS as err:
+            skips(d / "run.json", err)
+            continue
+        keep.append(d)
+    return keep
+
+
+def strict_option(fn):
+    """--strict: stop at the first input that cannot be read."""
+    return click.option(
+        "--strict",
+        is_flag=True,
+        help="Stop at the first input that cannot be read (exit 2) instead of listing it and going on.",
+    )(fn)
+
+
+def single_file(paths) -> bool:
+    """One file named: its error is the command's (one Error line, exit 2), as with --strict."""
+    return len(paths) == 1 and not Path(paths[0]).is_dir()
+
+
 def output_options(default_stem: str):
     """The flags every report-writing command shares."""
 
@@ -128,7 +323,7 @@ def output_options(default_stem: str):
             "--output",
             "--out",
             "out_dir",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=click.Path(path_type=Path),
             default=None,
             help="Folder for the output files [default: a folder under reports/ named for the input].",
         )(fn)
@@ -144,7 +339,13 @@ def output_options(default_stem: str):
         fn = click.option("--top", type=click.IntRange(1), default=15, show_default=True, help="Rows in top-N tables.")(
             fn
         )
-        fn = click.option("--stem", default=default_stem, show_default=True, help="Base name of the output files.")(fn)
+        fn = click.option(
+            "--stem",
+            default=default_stem,
+            show_default=True,
+            callback=plain_stem,
+            help="Base name of the output files (a plain file name).",
+        )(fn)
         return fn
 
     return wrap
@@ -179,7 +380,9 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
     is_flag=True,
     help="Neither read nor write the Arrow copy of a big export (.<name>.profiler-kit-cache/ beside it).",
 )
-def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
+@strict_option
+@with_exit_codes
+def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
     PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
@@ -192,6 +395,11 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
     Several traces also get comparison tables. An export over 32 MiB leaves an
     Arrow copy of its tables in a hidden folder beside it, which makes the next
     report on the unchanged file faster (--no-cache: neither read nor write it).
+
+    A file that cannot be read (damaged, or an .nsys-rep too new for the
+    installed nsys) is said in one line on stderr and listed in a "Skipped
+    inputs" table; the others are reported. With a single input (named or
+    found), or --strict, it is an error instead.
 
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
@@ -211,29 +419,38 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
         from analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report
         from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
-        from profiler_kit.output import render_report_files, write_files
+        from profiler_kit.output import render_report_files
 
-    sources = discover(list(paths))
+    out_dir = writable(out_dir or default_out_dir(paths))
+    skips = Skips(strict or single_file(paths))
+    sources = discover(list(paths), skip=skips)
+    skips.strict |= len(sources) == 1 and not skips.skipped  # one input found: its error is the command's
     traces = [s for s in sources if s.kind in TRACE_KINDS]
     snapshots = [s.path for s in sources if s.kind == "memory-snapshot"]
-    if not traces and not snapshots:
+    if not traces and not snapshots and not skips.skipped:
         raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
     with progress(traces, "Analysing") as bar:
-        results = analyze_sources(bar, paths, cache=not no_cache)
-    run_dirs = find_run_dirs(paths)
-    extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
+        results = analyze_sources(bar, paths, cache=not no_cache, skip=skips)
+    loaded = []
     if snapshots:
         from profiler_kit.build_memory import load_snapshots, memory_sections
 
-        extra += memory_sections(load_snapshots(snapshots), top=top)
-    rep = build_report(results, top=top, extra=extra)
+        loaded = load_snapshots(snapshots, skip=skips)
+    if not results and not loaded:
+        raise skips.nothing_read()
+    run_dirs = readable_runs(find_run_dirs(paths), skips)
+    extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
+    if loaded:
+        extra += memory_sections(loaded, top=top)
+    rep = build_report(results, top=top, extra=extra, skipped=skips.skipped)
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
-    echo_written(write_files(out_dir or default_out_dir(paths), files))
+    write_report(out_dir, files)
     if not no_cache:
         from analyze.trace_cache import finish_writes
 
         for folder in finish_writes():
             click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
+    skips.finish()
 
 
 def _one_trace(path: str):
@@ -250,12 +467,13 @@ def _one_trace(path: str):
 def _print_table(df, fmt: str) -> None:
     from profiler_kit.render.markdown import render_table_md
 
-    if fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-    elif fmt == "json":
-        click.echo(df.to_json(orient="records", indent=1))
-    else:
-        click.echo(render_table_md(df))
+    with writing_stdout():
+        if fmt == "csv":
+            click.echo(df.to_csv(index=False), nl=False)
+        elif fmt == "json":
+            click.echo(df.to_json(orient="records", indent=1))
+        else:
+            click.echo(render_table_md(df))
 
 
 @cli.command()
@@ -285,7 +503,9 @@ def nvtx(path, top, fmt):
 @cli.command()
 @click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
 @output_options("memory")
-def memory(snapshots, out_dir, fmt, no_html, top, stem):
+@strict_option
+@with_exit_codes
+def memory(snapshots, out_dir, fmt, no_html, top, stem, strict):
     """Explain peak GPU memory from torch.cuda.memory snapshots (.pickle, .pkl, .pickle.gz).
 
     Replays each snapshot's allocation trace: peak allocated and reserved and
@@ -297,19 +517,28 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem):
 
     Writes <stem>.md and <stem>.html (default stem "memory", default folder
     reports/memory); with --format csv/json, one <stem>.<table>.<fmt> per table.
+    A snapshot that cannot be read is said in one line on stderr and listed in
+    a "Skipped inputs" table; the others are reported. With a single
+    snapshot (named or found), or --strict, it is an error instead.
 
     Example: profiler-kit memory runs/xl_ctx512_full_step_bf16.pickle -o reports/mem
     """
     with importing():
         from profiler_kit.build_memory import build_memory_report, find_snapshots, load_snapshots
-        from profiler_kit.output import render_report_files, write_files
+        from profiler_kit.output import render_report_files
 
+    out_dir = writable(out_dir or Path("reports") / "memory")
     paths = find_snapshots(list(snapshots))
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
-    report = build_memory_report(load_snapshots(paths), top=top)
+    skips = Skips(strict or len(paths) == 1)  # one snapshot: its error is the command's
+    loaded = load_snapshots(paths, skip=skips)
+    if not loaded:
+        raise skips.nothing_read()
+    report = build_memory_report(loaded, top=top, skipped=skips.skipped)
     files = render_report_files(report, stem, fmt, html=charts_wanted(no_html))
-    echo_written(write_files(out_dir or Path("reports") / "memory", files))
+    write_report(out_dir, files)
+    skips.finish()
 
 
 RECORD_SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
@@ -346,11 +575,15 @@ def _default_device() -> str:
 @click.option("--sharded", is_flag=True, help="ddp: ZeRO-1 sharded optimizer.")
 @click.option("--ddp-size", default="small", show_default=True, help="ddp: model size.")
 @click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="auto", show_default=True)
-@click.option("--memory", is_flag=True, help="Also write a CUDA memory snapshot (memory.pickle).")
+@click.option(
+    "--memory",
+    is_flag=True,
+    help="Also write a CUDA memory snapshot (memory.pickle), with any backend; none on the CPU (run.json says so).",
+)
 @click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed (and profiled) steps.")
 @click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps.")
 @click.option("--calibrate", is_flag=True, help="Measure this GPU's GEMM TFLOP/s and copy bandwidth first.")
-@click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
+@click.option("--device", default=None, help="cuda or cpu [default: cuda when available, else cpu, said on stderr].")
 @click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs"), show_default=True)
 def record(
     workload,
@@ -387,10 +620,24 @@ def record(
     run.json holds the spec, versions, GPU, step times without and with the
     profiler, and peak memory; --calibrate measures this GPU's GEMM and copy
     ceilings into OUT_DIR/calibration.json, which later runs into OUT_DIR copy.
+    --memory writes memory.pickle with every backend on a GPU (under nsys, the
+    profiled process records it); run.json's max_memory_allocated covers the
+    same window. Recording the same run again with another backend keeps the
+    first trace (each backend has its own file names; run.json's "files" says
+    which file is which and which record made it). Without a GPU the run goes
+    to the CPU, and stderr says so unless --device cpu was given.
 
     Example: profiler-kit record xl --ctx 512 --precision bf16 --memory -o outputs/
     """
-    device = device or _default_device()
+    if device is None:
+        device = _default_device()
+        if device == "cpu":
+            click.echo("no CUDA GPU found: running on the CPU", err=True)
+    elif device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.BadParameter(f"{device}: no CUDA GPU found (use --device cpu)", param_hint="--device")
     if workload == "ddp":
         try:
             from profiler_kit.run_ddp import record_ddp
@@ -531,8 +778,8 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     """
     with importing():
         from profiler_kit.build_ddp import build_ddp_report, load_ddp_inputs
-        from profiler_kit.output import render_report_files, write_files
+        from profiler_kit.output import render_report_files
 
     rep = build_ddp_report(load_ddp_inputs(folder))
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
-    echo_written(write_files(out_dir or folder, files))
+    write_report(out_dir or folder, files)

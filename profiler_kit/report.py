@@ -18,9 +18,17 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "item"
 
 
+# A trace's file extension inside a key ("run.json.gz_summary"): dropped, so CSV names read <trace>_<table>.
+TRACE_EXTENSION = re.compile(r"(?:\.pt\.trace)?\.(?:json|sqlite|nsys-rep|qdrep|pickle)(?:\.gz)?(?=_|$)")
+
+
 def file_key(key: str, title: str) -> str:
-    """``key`` made safe as a file name (labels of traces in subfolders hold "/"), else the title's slug."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("_.") if key else slug(title)
+    """``key`` made safe as a file name, else the title's slug.
+
+    Labels of traces in subfolders hold "/" (made "_"), and their file extensions are dropped:
+    ``kineto/run.json.gz_summary`` becomes ``kineto_run_summary``.
+    """
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", TRACE_EXTENSION.sub("", key)).strip("_.") if key else slug(title)
 
 
 @dataclass

@@ -2,11 +2,24 @@
 
 - ``trace.json.gz``: PyTorch profiler (Kineto) trace, torch backend;
 - ``trace.sqlite`` (+ ``trace.nsys-rep``): Nsight Systems export, nsys backend;
-- ``memory.pickle``: CUDA memory snapshot (``memory=True``, GPU runs);
+- ``memory.pickle``: CUDA memory snapshot (``memory=True``, any backend, CUDA
+  runs only: the history is the CUDA caching allocator's; a CPU run says so in
+  run.json's ``memory_snapshot`` and writes none);
 - ``run.json``: always; the RunSpec, library versions, GPU, harness timings
   without and with the profiler (so its overhead is visible), peak memory, the
   fp32 matmul settings (``matmul``: allow_tf32, float32_matmul_precision) and,
   when measured or cached, this GPU's calibration figures (``calibration``).
+  ``files`` maps every file of the folder (checked on disk after the run) to
+  what it is, its backend and the record that made it; ``trace`` names this
+  record's trace; ``max_memory_allocated`` is torch.cuda.max_memory_allocated()
+  over the window memory.pickle covers (the memory report compares its
+  replayed peak with it).
+
+Each backend writes its own file names, so recording the same run again with
+another backend keeps the first trace (run.json lists it under ``files`` as from
+an earlier record); a record replaces only the files it writes itself. A record
+works in a hidden folder inside the run folder and moves its files into place
+when it is done: one that fails leaves the folder as it was.
 
 Calibration (this GPU's GEMM TFLOP/s per dtype and copy bytes/s,
 workloads.calibrate) lives in two places: ``out_dir/calibration.json``, measured
@@ -39,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 BACKENDS = ("auto", "nsys", "torch", "none")
@@ -47,6 +61,24 @@ NSYS_GPU_FLAGS = ["-t", "cuda,nvtx", "--sample=none", "--cpuctxsw=none"]
 NSYS_CPU_FLAGS = ["-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none"]
 DRIVER_UNSUPPORTED = re.compile(r"driver version.{0,40}not supported|not supported by this build of Nsight", re.I)
 CALIBRATION_FILE = "calibration.json"
+# What a record leaves in a run folder: file name -> (the backend that writes it, None for any; what it is).
+RUN_FILES = {
+    "trace.json.gz": ("torch", "PyTorch profiler (Kineto) trace"),
+    "trace.sqlite": ("nsys", "Nsight Systems trace, SQLite export (what the report reads)"),
+    "trace.nsys-rep": ("nsys", "Nsight Systems report (for the nsys GUI)"),
+    "memory.pickle": (None, "torch.cuda.memory snapshot"),
+    "run.json": (None, "this run's metadata"),
+}
+TRACE_FILES = {"torch": "trace.json.gz", "nsys": "trace.sqlite"}  # the file the report reads, per backend
+# The window a snapshot covers, per backend, and which timings pay for recording the history.
+MEMORY_WINDOWS = {
+    "torch": "build, warm-up and timed steps in the recording process, before the profiler starts "
+    "(the unprofiled timings include the cost of recording the history)",
+    "nsys": "build, warm-up and timed steps in the process nsys profiles "
+    "(the profiled timings include the cost of recording the history)",
+    "none": "build, warm-up and timed steps (the timings include the cost of recording the history)",
+}
+NO_CUDA_SNAPSHOT = "no CUDA device: torch.cuda.memory records the CUDA caching allocator, and this run is on the CPU"
 
 
 class RecordError(RuntimeError):
@@ -266,44 +298,61 @@ def _gzip_to(src: Path, dst: Path) -> None:
     src.unlink()
 
 
-def _record_torch(spec, run_dir: Path, memory: bool) -> dict:
+def _record_torch(spec, work: Path, memory: bool) -> dict:
     """Unprofiled timing, then ``spec.steps`` more steps under torch.profiler on the warm workload."""
     import torch
 
-    from workloads.harness import measure, run_spec, summarize
+    from workloads.harness import MemoryHistory, measure, run_spec, summarize
 
     cuda = spec.device.startswith("cuda")
-    snapshot = run_dir / "memory.pickle"
-    if memory and cuda:
-        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
-
-    def stop_memory_history():
-        if memory and cuda and not snapshot.exists():
-            torch.cuda.memory._dump_snapshot(str(snapshot))
-            torch.cuda.memory._record_memory_history(enabled=None)
+    history = MemoryHistory(work / "memory.pickle" if memory else None, spec.device)
+    history.start()
 
     def profile(workload) -> dict:
-        stop_memory_history()  # the snapshot covers build, warm-up and timed steps, not the profiler's
+        history.stop()  # the snapshot covers build, warm-up and timed steps, not the profiler's
         activities = [torch.profiler.ProfilerActivity.CPU]
         if cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=activities) as prof:
             times = measure(workload, 0, spec.steps, spec.device)
-        raw = run_dir / "trace.json"
+        raw = work / "trace.json"
         prof.export_chrome_trace(str(raw))
-        _gzip_to(raw, run_dir / "trace.json.gz")
+        _gzip_to(raw, work / "trace.json.gz")
         return {"profiled": {"phases": summarize(times), "times_ms": times}}
 
-    row = run_spec(spec, after=profile)
-    stop_memory_history()  # an OOM before profiling still leaves its snapshot
+    try:
+        row = run_spec(spec, after=profile)
+    finally:
+        history.stop()  # an OOM before profiling still leaves its snapshot
+    if history.info:
+        row["memory_snapshot"] = history.info
     return row
 
 
-def _record_nsys(spec, run_dir: Path) -> dict:
-    """Unprofiled timing in one subprocess, then the same harness under nsys in another."""
+def _record_plain(spec, work: Path, memory: bool) -> dict:
+    """Backend none: the harness's timing only (and the snapshot, with ``memory``)."""
+    from workloads.harness import MemoryHistory, run_spec
+
+    history = MemoryHistory(work / "memory.pickle" if memory else None, spec.device)
+    history.start()
+    try:
+        row = run_spec(spec)
+    finally:
+        history.stop()
+    if history.info:
+        row["memory_snapshot"] = history.info
+    return row
+
+
+def _record_nsys(spec, work: Path, memory: bool) -> dict:
+    """Unprofiled timing in one subprocess, then the same harness under nsys in another.
+
+    With ``memory`` the profiled process itself records the allocator's history
+    and dumps the snapshot (``workloads.harness --memory``).
+    """
     cuda = spec.device.startswith("cuda")
     spec_json = json.dumps(spec.to_dict())
-    plain = run_dir / "harness_unprofiled.json"
+    plain = work / "harness_unprofiled.json"
     proc = subprocess.run(
         [sys.executable, "-m", "workloads.harness", "--spec", spec_json, "--out", str(plain)],
         capture_output=True,
@@ -315,14 +364,60 @@ def _record_nsys(spec, run_dir: Path) -> dict:
     row = json.loads(plain.read_text())
     plain.unlink()
     if row["status"] != "ok":
+        if memory:
+            row["memory_snapshot"] = {
+                "file": None,
+                "reason": f"the run ended with {row['status']} without the profiler, so the profiled process "
+                "that records the snapshot did not run",
+            }
         return row
-    profiled = run_dir / "harness_profiled.json"
+    profiled = work / "harness_profiled.json"
     cmd = [sys.executable, "-m", "workloads.harness", "--spec", spec_json, "--out", str(profiled)]
-    nsys_profile(cmd, run_dir / "trace", cuda=cuda)
+    if memory:
+        cmd += ["--memory", str(work / "memory.pickle")]
+    nsys_profile(cmd, work / "trace", cuda=cuda)
     prof_row = json.loads(profiled.read_text())
     profiled.unlink()
     row["profiled"] = {k: prof_row.get(k) for k in ("status", "phases", "times_ms")}
+    if prof_row.get("memory_snapshot"):
+        row["memory_snapshot"] = prof_row["memory_snapshot"]
     return row
+
+
+BACKEND_RECORDERS = {"torch": _record_torch, "nsys": _record_nsys, "none": _record_plain}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _earlier_files(run_dir: Path) -> dict[str, dict]:
+    """RUN_FILES already in ``run_dir`` (run.json aside), each with what the earlier run.json says of it.
+
+    A run.json from before ``files`` described each file (a plain list), or none, gives
+    only the name's backend; ``recorded_at`` is then None.
+    """
+    try:
+        old = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = {}
+    described = old.get("files") if isinstance(old, dict) and isinstance(old.get("files"), dict) else {}
+    out = {}
+    for name, (backend, what) in RUN_FILES.items():
+        if name == "run.json" or not (run_dir / name).is_file():
+            continue
+        entry = described.get(name)
+        if not isinstance(entry, dict):
+            entry = {"what": what, "backend": backend, "recorded_at": None}
+        out[name] = {**entry, "this_record": False}
+    return out
+
+
+def _describe(files: dict[str, dict]) -> str:
+    return ", ".join(
+        f"{name} ({e.get('backend') or 'any backend'}, recorded {e.get('recorded_at') or 'at an unknown time'})"
+        for name, e in files.items()
+    )
 
 
 def record(
@@ -338,50 +433,92 @@ def record(
     The harness times ``spec.warmup`` + ``spec.steps`` steps without a profiler;
     the torch backend then profiles ``spec.steps`` more steps of the same warm
     workload, the nsys backend re-runs warm-up and steps in a subprocess under
-    nsys (so its NVTX export has warmup + steps "forward" ranges).
+    nsys (so its NVTX export has warmup + steps "forward" ranges). ``memory``
+    adds memory.pickle with every backend on a CUDA device (MEMORY_WINDOWS says
+    what it covers); on the CPU there is none, and ``log`` and run.json say why.
+    Files of earlier records into the same folder that this one does not write
+    are kept (``log`` names them). ``RunResult.files``: what this record wrote.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     cuda = spec.device.startswith("cuda")
+    if cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RecordError(f"device {spec.device}: no CUDA GPU found (torch {torch.__version__}); use device cpu")
     backend, why = choose_backend(backend, cuda)
     log(f"backend: {backend} ({why})")
+    if memory and not cuda:
+        log(f"--memory: no snapshot written ({NO_CUDA_SNAPSHOT})")
     out_dir = Path(out_dir)
     run_dir = out_dir / spec.run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("trace.json.gz", "trace.sqlite", "trace.nsys-rep", "memory.pickle", "run.json"):
-        (run_dir / stale).unlink(missing_ok=True)
+    earlier = _earlier_files(run_dir)
     meta = {
         "run_id": spec.run_id,
         "spec": spec.to_dict(),
         "backend": backend,
         "backend_reason": why,
+        "recorded_at": _now(),
         "command": " ".join(sys.argv),
         "versions": versions(),
         "gpu": gpu_info(spec.device),
         "matmul": matmul_settings(),
-        "memory_history": bool(memory and cuda),
     }
     if backend == "nsys":
         meta["versions"]["nsys"] = nsys_version(shutil.which("nsys"))
     cal = load_or_measure_calibration(out_dir, spec.device, calibrate)
     if cal:
         meta["calibration"] = cal
-    if backend == "torch":
-        row = _record_torch(spec, run_dir, memory)
-    elif backend == "nsys":
-        row = _record_nsys(spec, run_dir)
-    else:
-        from workloads.harness import run_spec
-
-        row = run_spec(spec)
+    work = Path(tempfile.mkdtemp(dir=run_dir, prefix=".record-"))
+    try:
+        row = BACKEND_RECORDERS[backend](spec, work, memory and cuda)
+        made = [name for name in RUN_FILES if (work / name).is_file()]
+        for name in made:
+            os.replace(work / name, run_dir / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    snapshot = row.pop("memory_snapshot", None)
     meta["status"] = row.pop("status")
     meta["unprofiled"] = {k: row.pop(k) for k in ("phases", "times_ms") if k in row}
     meta.update(row)
     meta["profiling_overhead_frac"] = _overhead(meta)
-    files = [run_dir / n for n in ("trace.json.gz", "trace.sqlite", "trace.nsys-rep", "memory.pickle")]
-    files = [f for f in files if f.exists()]
-    meta["files"] = [f.name for f in files] + ["run.json"]
-    files.append(write_atomic(run_dir / "run.json", json.dumps(meta, indent=1, default=str)))
-    return RunResult(run_dir, backend, meta["status"], files, meta)
+    meta["trace"] = TRACE_FILES.get(backend) if TRACE_FILES.get(backend) in made else None
+    meta["memory_history"] = "memory.pickle" in made
+    if memory:
+        meta["memory_snapshot"] = _snapshot_meta(snapshot, backend, cuda, "memory.pickle" in made)
+    replaced = {n: e for n, e in earlier.items() if n in made}
+    kept = {n: e for n, e in earlier.items() if n not in made and (run_dir / n).is_file()}
+    if replaced:
+        log(f"replaced in {run_dir}: {_describe(replaced)}")
+    if kept:
+        log(f"kept from earlier records in {run_dir}: {_describe(kept)}")
+    files = {}
+    for name, (file_backend, what) in RUN_FILES.items():
+        if name in made or name == "run.json":
+            files[name] = {"what": what, "backend": file_backend or backend, "recorded_at": meta["recorded_at"]}
+            files[name]["this_record"] = True
+            if name == "memory.pickle":
+                files[name]["max_memory_allocated"] = (snapshot or {}).get("max_memory_allocated")
+        elif name in kept:
+            files[name] = kept[name]
+    meta["files"] = files
+    peak = files.get("memory.pickle", {}).get("max_memory_allocated")
+    if peak is not None:  # the memory report compares the snapshot's replayed peak with this
+        meta["max_memory_allocated"] = peak
+    written = [run_dir / n for n in made]
+    written.append(write_atomic(run_dir / "run.json", json.dumps(meta, indent=1, default=str)))
+    return RunResult(run_dir, backend, meta["status"], written, meta)
+
+
+def _snapshot_meta(info: dict | None, backend: str, cuda: bool, written: bool) -> dict:
+    """run.json's ``memory_snapshot``: the file, its window and peak, or why there is none."""
+    if written:
+        return {**(info or {}), "file": "memory.pickle", "covers": MEMORY_WINDOWS[backend]}
+    if not cuda:
+        return {"file": None, "reason": NO_CUDA_SNAPSHOT}
+    reason = (info or {}).get("reason") or "the workload process ended before it dumped the snapshot"
+    return {"file": None, "reason": reason}
 
 
 def _overhead(meta: dict) -> float | None:

@@ -40,9 +40,13 @@ def _failed_meta(spec, status: str, error: str) -> dict:
 
 
 def run_cell(spec, backend: str, out_dir: Path, memory: bool = False, timeout: int = 1800) -> dict:
-    """Record one cell in a subprocess; its run.json (written here too when the process died)."""
+    """Record one cell in a subprocess; its run.json (written here too when the process died).
+
+    A run.json left by an earlier record stays until the cell replaces it (record reads what it says of
+    the files it keeps); one the cell did not rewrite (same inode and time) is not taken for its result.
+    """
     run_json = out_dir / spec.run_id / "run.json"
-    run_json.unlink(missing_ok=True)
+    before = _identity(run_json)
     cmd = [sys.executable, "-m", "profiler_kit.run", "--spec", json.dumps(spec.to_dict())]
     cmd += ["--backend", backend, "-o", str(out_dir)] + (["--memory"] if memory else [])
     try:
@@ -50,7 +54,7 @@ def run_cell(spec, backend: str, out_dir: Path, memory: bool = False, timeout: i
         status, error = "error", f"exit {proc.returncode}: {_tail(proc.stderr, 800)}"
     except subprocess.TimeoutExpired:
         status, error = "timeout", f"no result within {timeout} s"
-    if run_json.exists():
+    if run_json.exists() and _identity(run_json) != before:
         return json.loads(run_json.read_text())
     if "out of memory" in error.lower():
         status = "oom"
@@ -58,6 +62,15 @@ def run_cell(spec, backend: str, out_dir: Path, memory: bool = False, timeout: i
     run_json.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(run_json, json.dumps(meta, indent=1))
     return meta
+
+
+def _identity(path: Path) -> tuple | None:
+    """(inode, mtime_ns) of a file, None when absent: record replaces run.json atomically (a new inode)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def measure_calibration(out_dir: Path, device: str, timeout: int = 600) -> Path:

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,52 @@ def test_calibration_with_odd_values_is_one_clear_error(tmp_path):
     (tmp_path / "calibration.json").write_text(json.dumps({"device": "cpu", "gemm": {"fp32": {"tflops": "fast"}}}))
     with pytest.raises(InputError, match=r"gemm.fp32.tflops should be a number, found 'fast'"):
         find_calibration({"gpu": None, "_dir": tmp_path})
+
+
+def _phases(times: dict[str, list[float]]) -> dict:
+    return {
+        p: {
+            "n": len(v),
+            "mean": statistics.mean(v),
+            "std": statistics.stdev(v),
+            "min": min(v),
+            "max": max(v),
+        }
+        for p, v in times.items()
+    }
+
+
+def _meta(precision: str, forward: list[float]) -> dict:
+    return {
+        "status": "ok",
+        "spec": {"size": "tiny", "ctx": 64, "mode": "train", "precision": precision},
+        "unprofiled": {"phases": _phases({"forward": forward, "step_wall": [3 * f for f in forward]})},
+    }
+
+
+def test_unstable_cells_are_flagged_and_give_no_speedup():
+    """A cell whose fp32 forward ranged 10.8-307.7 ms gave "bf16 speedup 49": flagged, and no ratio from it."""
+    from profiler_kit.build_sweep import UNSTABLE_SPREAD, precision_table, timing_table
+
+    timing = timing_table([_meta("fp32", [10.8, 307.7, 150.0]), _meta("bf16", [5.0, 5.1, 5.0])])
+    assert timing["unstable"].tolist() == [True, False]
+    assert timing.loc[0, "spread_frac"] == pytest.approx((307.7 - 10.8) / ((10.8 + 307.7 + 150) / 3))
+    prec = precision_table(timing)
+    assert prec["unstable"].tolist() == ["fp32"] and math.isnan(prec["bf16_speedup"].iloc[0])
+    steady = precision_table(timing_table([_meta("fp32", [10.0, 10.2, 10.1]), _meta("bf16", [5.0, 5.1, 5.0])]))
+    assert steady["unstable"].tolist() == [""] and steady["bf16_speedup"].iloc[0] == pytest.approx(10.1 / 5.0333, 1e-3)
+    assert 0 < UNSTABLE_SPREAD < 1
+
+
+def test_negative_overhead_within_noise_is_called_noise():
+    from profiler_kit.build_sweep import overhead_table
+
+    def run(plain, prof):
+        m = _meta("fp32", [p / 3 for p in plain])
+        m["unprofiled"]["phases"] = _phases({"step_wall": plain})
+        m |= {"profiled": {"phases": _phases({"step_wall": prof})}, "backend": "torch"}
+        return m
+
+    table = overhead_table([run([100, 110, 90], [98, 108, 88]), run([100, 100.5, 99.5], [130, 131, 129])])
+    assert table["overhead_frac"].iloc[0] < 0 and table["verdict"].tolist() == ["within noise", "overhead"]
+    assert table["noise_frac"].iloc[1] == pytest.approx(math.hypot(0.5 / 100, 1 / 130))

@@ -86,8 +86,13 @@ def _python(script: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedPr
     )
 
 
+NSYS_SHM = ("NSys-", "sem.nsys_sem_", "quadd-agent-")  # an nsys run elsewhere on the machine leaves these
+
+
 def _shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    """Named shared memory, less what nsys processes running beside the test create."""
+    names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    return {n for n in names if not n.startswith(NSYS_SHM)}
 
 
 @pytest.mark.parametrize("path", [pytest.param(CPU_FIXTURE, id="cpu_nvtx"), *SHARED])

@@ -83,12 +83,14 @@ def _bad_inputs(tmp_path):
     }
 
 
+@pytest.mark.parametrize("how", ["alone", "strict"])
 @pytest.mark.parametrize("case", ["code", "truncated", "not a snapshot", "empty trace", "missing"])
-def test_bad_input_exit_2_one_line_no_files(tmp_path, case):
+def test_bad_input_exit_2_one_line_no_files(tmp_path, case, how):
+    """A bad snapshot named alone, or beside a good one with --strict (without, it is skipped: test_batch_cli)."""
     marker, bad = _bad_inputs(tmp_path)
     good = write(tmp_path / "good.pickle", known_peak_snapshot())
     out = tmp_path / "out"
-    res = run(good, bad[case], "-o", out)
+    res = run(bad[case], "-o", out) if how == "alone" else run(good, bad[case], "--strict", "-o", out)
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and str(bad[case].name) in lines[0]

@@ -61,3 +61,123 @@ def test_html_is_the_same_bytes_each_time_with_unique_chart_ids():
     ids = re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)
     assert ids == ["chart-1", "chart-2", "chart-3"] and page == render_html(rep).decode("utf-8")
     assert page.count("window.PlotlyConfig") == 1  # plotly.js inlined once, with the first chart
+
+
+def _kernel_pair():
+    """Two kernels whose first 100 characters are equal: they differ only in the last template argument."""
+    stem = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, " + "x" * 80
+    )
+    return stem + ", MulFunctor<float>>", stem + ", AddFunctor<float>>"
+
+
+def test_names_cut_for_width_stay_distinct_and_whole_on_hover():
+    from profiler_kit.render.html import render_html
+    from profiler_kit.render.units import compact_names
+    from profiler_kit.report import Figure, Report, Section, Table
+
+    mul, add = _kernel_pair()
+    short = compact_names([mul, add, mul, "gemm", 3], 100)
+    assert short[0] != short[1] and short[0] == short[2] and short[3:] == ["gemm", 3]
+    assert all(len(s) <= 100 for s in short[:3]) and short[0].endswith("#1") and short[1].endswith("#2")
+    df = pd.DataFrame({"kernel": [mul, add], "total_ns": [7_000_000, 5_570_000]})
+    md = render_table_md(df)
+    assert len({line.split("|")[1] for line in md.splitlines()[2:]}) == 2
+    sec = Section("s", tables=[Table("Top", df)], figures=[Figure("Top", df, "bar", x="kernel", y="total_ns")])
+    page = render_html(Report("t", sections=[sec])).decode("utf-8")
+    assert f'title="{html_escape(mul)}"' in page and f'title="{html_escape(add)}"' in page
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def test_top_kernel_chart_has_one_bar_per_kernel():
+    """Bars are grouped by their label: two kernels shortened to one label made one 12.57 ms bar."""
+    import json
+    import re
+
+    from profiler_kit.render.html import render_html
+    from profiler_kit.report import Report
+
+    mul, add = _kernel_pair()
+    kernels = pd.DataFrame(
+        {
+            "kernel": [mul, add],
+            "category": ["elementwise"] * 2,
+            "count": [1, 1],
+            "total_ns": [7_000_000, 5_570_000],
+            "avg_ns": [7_000_000, 5_570_000],
+            "min_ns": [7_000_000, 5_570_000],
+            "max_ns": [7_000_000, 5_570_000],
+            "share_frac": [0.557, 0.443],
+        }
+    )
+    charts = [f for f in trace_section_figures(kernels) if f.key.endswith("top_kernels")]
+    assert len(charts) == 1 and charts[0].df["kernel"].nunique() == 2
+    page = render_html(Report("t", sections=[trace_section_stub(charts[0])])).decode("utf-8")
+    data = json.loads(re.search(r'Plotly\.newPlot\("[^"]+", (\[.*?\]), \{', page).group(1))
+    assert data[0]["x"] == [7.0, 5.57] and len(set(data[0]["y"])) == 2  # horizontal bars: labels on y
+
+
+def trace_section_figures(kernels: pd.DataFrame):
+    from profiler_kit.build import TraceResult, trace_section
+
+    summary = pd.DataFrame(
+        [{"gpus": 1, "trace_span_ns": 20_000_000, "gpu_span_ns": 13_000_000, "kernels": 2, "kernel_time_ns": 12_570_000,
+          "memops": 0, "memop_time_ns": 0, "gpu_busy_ns": 12_570_000, "gpu_busy_frac": 0.97, "nvtx_ranges": 0,
+          "launched_ops": 2}]
+    )  # fmt: skip
+    categories = pd.DataFrame({"category": ["elementwise", "other"], "count": [2, 0], "total_ns": [12_570_000, 0],
+                               "share_frac": [1.0, 0.0]})  # fmt: skip
+    tables = {"summary": summary, "kernels": kernels, "categories": categories, "ranges": pd.DataFrame()}
+    res = TraceResult(label="t", source="t.json", meta={}, tables=tables)
+    return trace_section(res, top=10).figures
+
+
+def trace_section_stub(fig):
+    from profiler_kit.report import Section
+
+    return Section("s", figures=[fig])
+
+
+def test_one_heading_per_table_and_whole_numbers_without_decimals():
+    from profiler_kit.render.html import render_html
+    from profiler_kit.render.markdown import render_markdown
+    from profiler_kit.report import Report, Section, Table
+
+    df = pd.DataFrame({"range": ["step", "forward"], "kernels_per_instance": [1925.0, 37.0], "ratio": [0.5, 2.25]})
+    rep = Report("t", sections=[Section("Top kernels in 'step'", tables=[Table("Top kernels in 'step'", df)])])
+    md = render_markdown(rep)
+    assert md.count("Top kernels in 'step'") == 1
+    assert "1925 " in md and "1925.000" not in md and "0.500" in md
+    page = render_html(rep).decode("utf-8")
+    assert page.count("Top kernels in &#x27;step&#x27;") == 1
+    assert "1925</td>" in page and "1,925.000" not in page
+
+
+def test_json_keeps_integers_and_exact_floats():
+    import json
+
+    from profiler_kit.render.data import render_tables
+    from profiler_kit.report import Report, Section, Table
+
+    df = pd.DataFrame({"kernel": ["a", "b"], "count": [3, 4], "avg_ns": [77662506.8, float("nan")]})
+    out = render_tables(Report("t", sections=[Section("s", tables=[Table("Kernels", df, key="k")])]), "json")
+    text = out["k.json"]
+    assert '"avg_ns": 77662506.8\n' in text and "799999" not in text
+    rows = json.loads(text)["rows"]
+    assert rows == [{"kernel": "a", "count": 3, "avg_ns": 77662506.8}, {"kernel": "b", "count": 4, "avg_ns": None}]
+    assert isinstance(rows[0]["count"], int)
+
+
+def test_table_file_names_drop_the_trace_extension():
+    from profiler_kit.report import Table
+
+    assert Table("s", pd.DataFrame(), key="kineto/run.json.gz_summary").key == "kineto_run_summary"
+    assert Table("s", pd.DataFrame(), key="rank-0.pt.trace.json_top_kernels").key == "rank-0_top_kernels"
+    assert Table("s", pd.DataFrame(), key="nsys/a.sqlite_ranges").key == "nsys_a_ranges"
+    assert Table("s", pd.DataFrame(), key="x.json_data_d0_peak").key == "x_data_d0_peak"
+    assert Table("Top kernels", pd.DataFrame()).key == "top_kernels"

@@ -9,6 +9,10 @@ rendered as a markdown table.
 Run one spec from the command line (the nsys backend and the sweep do this)::
 
     python -m workloads.harness --spec '{"size": "tiny", "device": "cpu", "mode": "train"}' --out row.json
+
+``--memory PATH`` records the CUDA allocator's history in that process and dumps
+the snapshot there (``MemoryHistory``): the nsys backend needs the snapshot from
+the process nsys profiles.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from workloads.common import nvtx_range, sync
 from workloads.models import RunSpec, count_parameters, model_config
 
 PHASE_ORDER = ("forward", "backward", "optimizer", "step", "step_wall")
+MEMORY_HISTORY_ENTRIES = 1_000_000  # FACTS.md §1: the ring buffer of torch.cuda.memory._record_memory_history
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -63,6 +68,38 @@ class PhaseTimer:
             for name, start, end in self._pending:
                 self.times[name].append(start.elapsed_time(end))
             self._pending.clear()
+
+
+class MemoryHistory:
+    """torch.cuda.memory's allocation history from ``start()`` to ``stop()``, dumped as a snapshot at ``stop()``.
+
+    Peak statistics are reset at ``start()``, so ``info["max_memory_allocated"]``
+    (read just before the dump) covers the same window as the snapshot: its
+    replayed peak should equal it. Does nothing (``info`` stays None) when
+    ``path`` is None or the device is not CUDA: the history is the CUDA caching
+    allocator's. ``stop()`` may be called more than once; it dumps once.
+    """
+
+    def __init__(self, path: str | Path | None, device: str | torch.device):
+        self.path = Path(path) if path is not None and torch.device(device).type == "cuda" else None
+        self.info: dict | None = None
+        self._recording = False
+
+    def start(self) -> None:
+        if self.path is None:
+            return
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.memory._record_memory_history(max_entries=MEMORY_HISTORY_ENTRIES)
+        self._recording = True
+
+    def stop(self) -> dict | None:
+        if self._recording:
+            self._recording = False
+            peak = int(torch.cuda.max_memory_allocated())
+            torch.cuda.memory._dump_snapshot(str(self.path))
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self.info = {"file": self.path.name, "max_memory_allocated": peak, "max_entries": MEMORY_HISTORY_ENTRIES}
+        return self.info
 
 
 def stats(values: list[float]) -> dict:
@@ -240,9 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Time one RunSpec; write the result row as JSON.")
     ap.add_argument("--spec", required=True, help="RunSpec fields as JSON")
     ap.add_argument("--out", help="write the row here (JSON); stdout otherwise")
+    ap.add_argument("--memory", metavar="PICKLE", help="record the CUDA allocator's history; dump the snapshot here")
     args = ap.parse_args(argv)
     spec = RunSpec(**json.loads(args.spec))
-    row = run_spec(spec)
+    history = MemoryHistory(args.memory, spec.device)
+    history.start()
+    try:
+        row = run_spec(spec)
+    finally:
+        history.stop()
+    if history.info:
+        row["memory_snapshot"] = history.info
     text = json.dumps(row)
     if args.out:
         Path(args.out).write_text(text)

@@ -18,14 +18,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler_kit.render.units import compact_name, display_column, for_display
+from profiler_kit.render.units import compact_names, display_column, for_display
 from profiler_kit.report import Figure, Report, Section
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px;display:block;overflow-x:auto}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px;max-width:100%}
 code{background:#f3f3f3;padding:0 3px}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}
+td{overflow-wrap:anywhere} td span[title]{text-decoration:underline dotted}
 th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
 .note{color:#666;font-style:italic}
 """
@@ -122,14 +123,31 @@ def figure_parts(fig: Figure, include_plotlyjs: bool, div_id: str) -> list[str |
     ]
 
 
+NAME_CELL = 80  # characters of a name shown in a cell; the whole name is its hover text
+
+
+def _text_cells(values: list) -> list:
+    """Escaped text cells; a name cut for width keeps its whole text as the hover title."""
+    out = []
+    for full, short in zip(values, compact_names(values, NAME_CELL), strict=True):
+        if not isinstance(full, str):
+            out.append(full)
+        elif short == full:
+            out.append(html.escape(full))
+        else:
+            out.append(f'<span title="{html.escape(full)}">{html.escape(short)}</span>')
+    return out
+
+
 def _table_html(df) -> str:
     if df.empty:
         return "<p class='note'>(no rows)</p>"
     shown = for_display(df)
     for col in shown.columns:
         if not pd.api.types.is_numeric_dtype(shown[col]):
-            shown[col] = shown[col].astype(object).map(lambda v: compact_name(v, 140) if isinstance(v, str) else v)
-    return shown.to_html(index=False, float_format=lambda v: f"{v:,.3f}", na_rep="", border=0)
+            shown[col] = _text_cells(shown[col].astype(object).tolist())
+    shown.columns = [html.escape(str(c)) for c in shown.columns]
+    return shown.to_html(index=False, escape=False, float_format=lambda v: f"{v:,.3f}", na_rep="", border=0)
 
 
 def _para(text: str) -> str:
@@ -143,7 +161,9 @@ def _section(sec: Section, level: int, charts: list[int]) -> list[str | bytes]:
     out = [f"<h{h}>{html.escape(sec.title)}</h{h}>"]
     out += [_para(p) for p in sec.text]
     for t in sec.tables:
-        out += [f"<h{min(h + 1, 6)}>{html.escape(t.title)}</h{min(h + 1, 6)}>", _table_html(t.df)]
+        if t.title != sec.title:  # a section holding one table of its own name needs no second heading
+            out.append(f"<h{min(h + 1, 6)}>{html.escape(t.title)}</h{min(h + 1, 6)}>")
+        out.append(_table_html(t.df))
         if t.note:
             out.append(f"<p class='note'>{html.escape(t.note)}</p>")
     for f in sec.figures:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import pandas as pd
 from tabulate import tabulate
 
-from profiler_kit.render.units import compact_name, for_display
+from profiler_kit.render.units import compact_names, for_display
 from profiler_kit.report import Report, Section
 
 MAX_CELL = 100  # characters; long kernel signatures are cut (CSV/JSON keep them whole)
 
 
-def _cell(value):
-    if isinstance(value, str):
-        return compact_name(value, MAX_CELL).replace("|", "\\|")
-    return value
+def _cells(values: list) -> list:
+    """A column's cells: long names compacted (distinct ones kept apart), pipes escaped, missing values blank."""
+    return [
+        v.replace("|", "\\|") if isinstance(v, str) else "" if pd.isna(v) else v
+        for v in compact_names(values, MAX_CELL)
+    ]
 
 
 def render_table_md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
@@ -23,7 +25,7 @@ def render_table_md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
         return "_(no rows)_"
     shown = for_display(df)
     # column lists keep ints as ints (a whole-frame array would turn them into floats)
-    columns = [[_cell(v) if pd.notna(v) else "" for v in shown[c].tolist()] for c in shown.columns]
+    columns = [_cells(shown[c].tolist()) for c in shown.columns]
     return tabulate(list(zip(*columns, strict=True)), headers=list(shown.columns), tablefmt="github", floatfmt=floatfmt)
 
 
@@ -32,7 +34,9 @@ def _section(sec: Section, level: int, html_name: str | None) -> list[str]:
     for para in sec.text:
         out += [para, ""]
     for table in sec.tables:
-        out += [f"**{table.title}**", "", render_table_md(table.df), ""]
+        if table.title != sec.title:  # a section holding one table of its own name needs no second heading
+            out += [f"**{table.title}**", ""]
+        out += [render_table_md(table.df), ""]
         if table.note:
             out += [f"_{table.note}_", ""]
     if sec.figures and html_name:

@@ -37,10 +37,21 @@ def for_display(df: pd.DataFrame) -> pd.DataFrame:
         s = df[col]
         if div != 1.0 and pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             s = s.to_numpy() / div if isinstance(s.dtype, np.dtype) else (s / div).array
+        elif _whole_floats(s):
+            s = s.astype("Int64").array  # counts that became floats (a mean, a merge with gaps) print as counts
         else:
             s = s.array
         out[title] = s
     return pd.DataFrame(out, index=df.index, copy=False)
+
+
+def _whole_floats(s: pd.Series) -> bool:
+    """A float column whose values are all whole numbers (missing values aside)."""
+    if s.dtype != np.float64:
+        return False
+    values = s.to_numpy()
+    finite = values[~np.isnan(values)]
+    return bool(np.all(np.isfinite(finite)) and np.all(finite == np.round(finite)) and np.all(np.abs(finite) < 2**53))
 
 
 # Namespace and cast noise dropped from long C++ kernel names before they are cut to width.
@@ -58,3 +69,24 @@ def compact_name(name: str, width: int = 100) -> str:
         return name
     name = re.sub(r"\s+", " ", NAME_NOISE.sub("", name))
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def compact_names(names: list, width: int) -> list:
+    """``compact_name`` of each string, numbered (" #2") where different names would read the same.
+
+    Cut at ``width``, two kernels that differ only in their tails would look like one row; the number keeps
+    them apart while CSV/JSON (and the HTML's hover text) keep the full names. Non-strings pass through.
+    """
+    short = [compact_name(n, width) if isinstance(n, str) else n for n in names]
+    seen: dict[str, list[str]] = {}
+    for full, text in zip(names, short, strict=True):
+        if isinstance(full, str) and full not in seen.setdefault(text, []):
+            seen[text].append(full)
+    out = []
+    for full, text in zip(names, short, strict=True):
+        group = seen.get(text, []) if isinstance(full, str) else []
+        if len(group) > 1:
+            suffix = f" #{group.index(full) + 1}"
+            text = compact_name(full, width - len(suffix)) + suffix
+        out.append(text)
+    return out

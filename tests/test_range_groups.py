@@ -1,0 +1,70 @@
+"""Numbered ranges fold into one row per pattern; totals are kept, averages recomputed, members' spread shown."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analyze.range_groups import group_numbered_ranges, range_pattern
+
+
+def _ranges(names, cpu, kernel_ns, gemm_frac):
+    n = len(names)
+    return pd.DataFrame(
+        {
+            "range": names,
+            "instances": [2] * n,
+            "cpu_total_ns": cpu,
+            "cpu_avg_ns": [c / 2 for c in cpu],
+            "projected_instances": [2] * n,
+            "gpu_span_total_ns": [c // 2 for c in cpu],
+            "gpu_span_avg_ns": [c / 4 for c in cpu],
+            "kernels": [10] * n,
+            "kernel_time_ns": kernel_ns,
+            "gemm_frac": gemm_frac,
+        }
+    )
+
+
+def test_pattern_is_the_name_without_its_last_number():
+    assert range_pattern("layer_12") == "layer_{n}"
+    assert range_pattern("Warm-up Step 3") == "Warm-up Step {n}"
+    assert range_pattern("block3.attn") == "block{n}.attn"
+    assert range_pattern("fp8_layer_2_fwd") == "fp8_layer_{n}_fwd"
+    assert range_pattern("forward") == "forward"
+
+
+def test_layers_fold_into_one_row_with_exact_totals_and_spread():
+    names = [f"layer_{i}" for i in range(48)] + ["forward", "fwd1", "fwd2"]
+    cpu = [100 + i for i in range(48)] + [10_000, 5, 6]
+    kern = [50] * 48 + [2_400, 1, 1]
+    gemm = [0.5] * 24 + [1.0] * 24 + [0.25, 0.0, 0.0]
+    out = group_numbered_ranges(_ranges(names, cpu, kern, gemm)).set_index("range")
+    assert list(out.index) == ["forward", "layer_{n}", "fwd2", "fwd1"]  # two names are not a pattern
+    layers = out.loc["layer_{n}"]
+    assert layers["members"] == 48 and layers["instances"] == 96
+    assert layers["cpu_total_ns"] == sum(cpu[:48]) and layers["kernel_time_ns"] == 48 * 50
+    assert layers["cpu_avg_ns"] == pytest.approx(sum(cpu[:48]) / 96)
+    assert layers["gpu_span_avg_ns"] == pytest.approx(sum(c // 2 for c in cpu[:48]) / 96)
+    assert layers["gemm_frac"] == pytest.approx(0.75)  # weighted by kernel time
+    assert (layers["member_cpu_min_ns"], layers["member_cpu_max_ns"]) == (100, 147)
+    assert layers["member_cpu_median_ns"] == pytest.approx(123.5)
+    assert out.loc["forward", "members"] == 1 and out.loc["forward", "member_cpu_max_ns"] == 10_000
+    assert out["cpu_total_ns"].sum() == sum(cpu)
+
+
+def test_report_shows_one_row_per_numbered_pattern():
+    from profiler_kit.build import ranges_section
+
+    names = [f"layer_{i}" for i in range(6)] + ["step"]
+    ranges = _ranges(names, [100] * 6 + [1_000], [50] * 7, [1.0] * 7)
+    summary = pd.DataFrame([{"kernels": 70, "launched_ops": 70}])
+    empty = pd.DataFrame(columns=["range"])
+    tables = {"range_groups": ranges, "ranges": ranges, "summary": summary, "phases": empty,
+              "range_group_kernels": empty}  # fmt: skip
+    from profiler_kit.build import TraceResult
+
+    sec = ranges_section(TraceResult(label="t", source="t", meta={}, tables=tables), top=10)
+    table = sec.tables[0].df
+    assert list(table["range"]) == ["step", "layer_{n}"] and list(table["members"]) == [1, 6]
+    assert any("6 names that differ only in a number are shown as 1 row " in t for t in sec.text)
