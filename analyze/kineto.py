@@ -106,12 +106,12 @@ SNIFF_BYTES = 1 << 20
 ARRAY_HEAD = re.compile(rb"^\[\s*\{")
 
 
-def sniff(path: str | Path) -> str:
-    """What ``path`` is, from its first MiB (decompressed): "trace", "other" or "unreadable". Never raises.
+def looks_like_kineto(path: str | Path) -> bool:
+    """Cheap check: does ``path`` start like a PyTorch profiler / Chrome trace? Never raises.
 
-    "trace": a JSON object naming ``traceEvents`` or ``schemaVersion`` (Kineto writes one of
-    them first, after optional metadata), or a JSON array of event objects with a ``"ph"``.
-    "unreadable": the file or its gzip stream cannot be read, so what it is cannot be told.
+    Reads at most 1 MiB (decompressed): a JSON object naming ``traceEvents`` or ``schemaVersion``
+    (Kineto writes one of them first, after optional metadata), or a JSON array of event objects
+    with a ``"ph"`` (the Trace Event Format's other layout, the legacy autograd profiler's).
     """
     try:
         with open(path, "rb") as f:
@@ -119,19 +119,12 @@ def sniff(path: str | Path) -> str:
             f.seek(0)
             stream = gzip.GzipFile(fileobj=f) if magic == GZIP_MAGIC else f
             head = stream.read(SNIFF_BYTES)
-    except (IsADirectoryError, FileNotFoundError):
-        return "other"
     except (OSError, EOFError, zlib.error):
-        return "unreadable"
+        return False
     head = head.lstrip()
     if head.startswith(b"{"):
-        return "trace" if b'"traceEvents"' in head or b'"schemaVersion"' in head else "other"
-    return "trace" if ARRAY_HEAD.match(head) and b'"ph"' in head else "other"
-
-
-def looks_like_kineto(path: str | Path) -> bool:
-    """Cheap check: does ``path`` start like a PyTorch profiler / Chrome trace (``sniff``)? Never raises."""
-    return sniff(path) == "trace"
+        return b'"traceEvents"' in head or b'"schemaVersion"' in head
+    return bool(ARRAY_HEAD.match(head)) and b'"ph"' in head
 
 
 def read_kineto(path: str | Path) -> Trace:
@@ -164,10 +157,7 @@ def read_kineto(path: str | Path) -> Trace:
     by_cat = _bucket(path, events)
     roles = _roles(by_cat)
     if not any(roles.values()) and all(cat in BOOKKEEPING_CATS for cat in by_cat):
-        raise InputError(
-            f"{path}: trace has no profiled events, only profiler metadata "
-            "(a torch.profiler schedule whose cycle already ended exports such an empty trace)"
-        )
+        _no_profiled_events(path, by_cat)
     main_pid = _main_pid(roles)
     launch_pid, graph_launches = {}, set()
     for e in roles["runtime"]:
@@ -191,6 +181,20 @@ def read_kineto(path: str | Path) -> Trace:
     if threads is not None:
         trace.threads = threads
     return trace.validated()
+
+
+def _no_profiled_events(path: Path, by_cat: dict) -> None:
+    """Raise the InputError for a trace with no event this reader knows: an empty profile, or another tool's."""
+    metadata_only = all(e.get("ph") == "M" for e in by_cat.get(None, ())) or "Trace" in by_cat
+    if metadata_only:
+        raise InputError(
+            f"{path}: trace has no profiled events, only profiler metadata "
+            "(a torch.profiler schedule whose cycle already ended exports such an empty trace)"
+        )
+    raise InputError(
+        f"{path}: a Chrome trace without PyTorch profiler events (no cat such as kernel, cuda_runtime or cpu_op, "
+        "no legacy 'CPU functions' pid); not a PyTorch profiler trace"
+    )
 
 
 def _load(path: Path) -> tuple[dict, list, str]:
