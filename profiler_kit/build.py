@@ -114,7 +114,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
     version = meta.get("nsys_version") or meta.get("schema_version") or ""
     sec = Section(
         res.label,
-        text=[f"Source: `{res.source}` ({meta.get('format', '?')} {version})".rstrip(), *findings(res)],
+        text=[f"Source: `{res.source}` ({f'{meta.get("format", "?")} {version}'.rstrip()})", *findings(res)],
     )
     summary = t["summary"][
         [
