@@ -112,9 +112,10 @@ def trace_section(res: TraceResult, top: int) -> Section:
     t = res.tables
     meta = res.meta
     version = meta.get("nsys_version") or meta.get("schema_version") or ""
+    kind = f"{meta.get('format', '?')} {version}".rstrip()
     sec = Section(
         res.label,
-        text=[f"Source: `{res.source}` ({f'{meta.get("format", "?")} {version}'.rstrip()})", *findings(res)],
+        text=[f"Source: `{res.source}` ({kind})", *findings(res)],
     )
     summary = t["summary"][
         [
