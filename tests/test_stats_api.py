@@ -15,13 +15,16 @@ import pytest
 from click.testing import CliRunner
 
 from analyze.api import summarize_api
-from analyze.kineto import RUNTIME_CATS, read_kineto
+from analyze.kineto import read_kineto
 from analyze.stats import SMALL_GROUP, group_stats
 from profiler_kit.cli import cli
 from tests.conftest import ROOT, SHARED_DATA, shared_files
 
 EXAMPLE = ROOT / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz"
 KINETO = [EXAMPLE, *shared_files("kineto", "*.json.gz")]
+
+# CUDA/HIP API call categories across Kineto versions, written out here so the check does not use the reader's list.
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "Runtime")
 
 
 @pytest.mark.parametrize("seed", range(4))
