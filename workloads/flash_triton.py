@@ -143,6 +143,7 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 
 DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
+FWD_GLUON: dict[int, str] = {}  # head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper (none: Triton)
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
@@ -160,6 +161,7 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DQ_CONFIGS = [_cfg(*c) for c in _override.get("dq", [])] or DQ_CONFIGS
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
     FWD_TMA = _override.get("fwd_tma", FWD_TMA)
+    FWD_GLUON = {int(d): c for d, c in _override.get("fwd_gluon", FWD_GLUON).items()}
     FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
     BWD_OPTS = {**BWD_OPTS, **_override.get("bwd_opts", {})}
 
@@ -630,6 +632,10 @@ def forward_kernels(
     bh, n, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+    gluon_fwd = _gluon_fwd(q, k) if config is None and tma is None and d in FWD_GLUON else None
+    if gluon_fwd is not None:
+        gluon_fwd.forward(q, k, v, o, lse, 1.0 / math.sqrt(d), is_causal, FWD_GLUON[d], head_group or FWD_HEAD_GROUP)
+        return o, lse
     if tma is None:
         tma = FWD_TMA and _hopper(q) and q.dtype != torch.float32
     k_desc, v_desc = k, v
@@ -674,6 +680,17 @@ def _gluon_ws(q: torch.Tensor):
     except (ImportError, AttributeError):  # a Triton without Gluon, or whose internals it uses have moved
         return None
     return flash_gluon_ws if flash_gluon_ws.supported(q) else None
+
+
+def _gluon_fwd(q: torch.Tensor, k: torch.Tensor):
+    """``flash_gluon_fwd`` where it takes these inputs under the Triton it was written for, else None."""
+    if not triton.__version__.startswith(GLUON_WS_TRITON):
+        return None
+    try:
+        from workloads import flash_gluon_fwd
+    except (ImportError, AttributeError):
+        return None
+    return flash_gluon_fwd if flash_gluon_fwd.supported(q, k) else None
 
 
 def backward_kernels(
