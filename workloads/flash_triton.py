@@ -37,6 +37,11 @@ pays nothing).
   fold the softmax scale into dS and start the heads in groups of 4, which
   with a 168-register cap fits 3 programs per SM: 3.38 ms against 3.66 before
   run 8 at the leaderboard shape (benchmarks/README.md).
+- Grouped-query attention: K/V with fewer heads than Q (a divisor of them); query head ``h`` reads K/V head
+  ``h // group`` (SDPA's ``enable_gqa``), and the dK/dV kernel loops over a K/V head's query heads, so dK, dV
+  are their sums with one writer per tile. The Gluon dK/dV kernel has no head groups: GQA takes ``"tma"``.
+- At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``): a load warp and two consumer
+  warpgroups, 18-20% faster than the Triton forward there, 4-11% behind cuDNN (issue 26; benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -143,7 +148,9 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 
 DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
-FWD_GLUON: dict[int, str] = {}  # head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper (none: Triton)
+# head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper, lengths a multiple of 128 (others: Triton):
+# d 128 forward 1.98-2.00 ms against the Triton kernel's 2.46 and SDPA's 1.92 (causal, seq 16384, H100)
+FWD_GLUON: dict[int, str] = {128: "n128"}
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
