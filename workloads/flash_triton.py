@@ -41,7 +41,8 @@ pays nothing).
   ``h // group`` (SDPA's ``enable_gqa``), and the dK/dV kernel loops over a K/V head's query heads, so dK, dV
   are their sums with one writer per tile. The Gluon dK/dV kernel has no head groups: GQA takes ``"tma"``.
 - At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``): a load warp and two consumer
-  warpgroups, 18-20% faster than the Triton forward there, 4-11% behind cuDNN (issue 26; benchmarks/README.md).
+  warpgroups: 13-19% less time than the Triton forward there, 4-14% more than cuDNN's (issue 26, H100, seq 4096
+  and 16384; benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
