@@ -11,9 +11,24 @@
 # leaderboard shape, d 64 and 128, Triton and SDPA, 10 profiled steps), log.txt (stderr: autotuner choices).
 # Kernel by kernel, off the device (plotly): profiler-kit report $OUT/rec -o reports/attention_leaderboard
 # Where a machine returns few files, pack them after: tar czf attention.tgz -C $OUT .
+#
+# Ours against SDPA over the shapes of issue 26 (d 64 and 128, seq 1k-64k, causal and not, bf16 and fp16; fwd,
+# bwd and both in ms and TFLOP/s, one process, a side-by-side table at the end) instead of the set above:
+#
+#     OUT=... bash benchmarks/bench_attention.sh sweep     # 112 rows; sweep.jsonl and sweep.md
+#     OUT=... bash benchmarks/bench_attention.sh quick     # d 64 and 128, seq 4096 and 16384, bf16: quick.jsonl/.md
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/attention}
 mkdir -p "$OUT"
+case "${1:-}" in
+  sweep | quick)
+    FLAG=$([ "$1" = quick ] && echo --quick || echo --sweep)
+    rm -f "$OUT/$1.jsonl"
+    python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)'
+    python3 -m workloads.attention_bench $FLAG --out "$OUT/$1.jsonl" | tee "$OUT/$1.md"
+    exit "${PIPESTATUS[0]}"
+    ;;
+esac
 rm -rf "$OUT"/{lead,check,grid,grid_tma}.jsonl "$OUT/rec" "$OUT/log.txt"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

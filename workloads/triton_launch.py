@@ -47,8 +47,8 @@ def _launch_key(kernel, args: tuple, consts: dict) -> tuple:
     for a in args:
         if isinstance(a, torch.Tensor):
             parts.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif hasattr(a, "base"):  # a TMA descriptor, Triton's or Gluon's
-            parts.append((a.base.dtype, a.base.data_ptr() % 16 == 0, "desc"))
+        elif hasattr(a, "base"):  # a TMA descriptor, Triton's or Gluon's; a Gluon kernel may read its head dim
+            parts.append((a.base.dtype, a.base.data_ptr() % 16 == 0, "desc", tuple(a.block_shape)))  # off the tile
         else:
             parts.append(a if isinstance(a, int) else type(a))
     parts.extend(consts.items())
