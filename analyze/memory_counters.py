@@ -43,7 +43,7 @@ def summarize_memory_counters(counters: pd.DataFrame, start_ns: int) -> pd.DataF
 
 def memory_counter_timeline(counters: pd.DataFrame, start_ns: int, points: int = TIMELINE_POINTS) -> pd.DataFrame:
     """Allocated and reserved over time per device (ns after ``start_ns``), in long form (``series``,
-    ``bytes``) for a line chart.
+    ``memory_bytes``) for a line chart.
 
     A device with more events than ``points`` keeps, in each of ``points`` equal slices of its events, the
     event where allocated is highest, so no peak is drawn lower than it was.
@@ -60,9 +60,9 @@ def memory_counter_timeline(counters: pd.DataFrame, start_ns: int, points: int =
         time = part["time_ns"].to_numpy() - start_ns
         for series, col in (("allocated", "allocated_bytes"), ("reserved", "reserved_bytes")):
             parts.append(
-                pd.DataFrame({"time_ns": time, "bytes": part[col].to_numpy(), "series": f"cuda:{dev} {series}"})
+                pd.DataFrame({"time_ns": time, "memory_bytes": part[col].to_numpy(), "series": f"cuda:{dev} {series}"})
             )
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["time_ns", "bytes", "series"])
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["time_ns", "memory_bytes", "series"])
 
 
 def trace_start_ns(tables: list[pd.DataFrame], columns: list[str]) -> int:

@@ -517,7 +517,7 @@ def memory_counters_section(res: TraceResult) -> Section:
                 res.tables["memory_counter_timeline"],
                 "line",
                 x="time_ns",
-                y="bytes",
+                y="memory_bytes",
                 color="series",
                 key=f"{res.label}_memory_counter_timeline",
             )

@@ -60,8 +60,8 @@ def test_timeline_keeps_every_peak_when_thinned():
                              "reserved_bytes": 8_000, "delta_bytes": 0})  # fmt: skip
     line = memory_counter_timeline(counters, start_ns=0, points=100)
     allocated = line[line["series"] == "cuda:0 allocated"]
-    assert len(allocated) == 100 and allocated["bytes"].max() == 5_000
-    assert allocated.loc[allocated["bytes"].idxmax(), "time_ns"] == 77_770
+    assert len(allocated) == 100 and allocated["memory_bytes"].max() == 5_000
+    assert allocated.loc[allocated["memory_bytes"].idxmax(), "time_ns"] == 77_770
 
 
 @pytest.mark.skipif(not QWEN.exists(), reason="../shared/data absent")
