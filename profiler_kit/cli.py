@@ -554,3 +554,71 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     rep = build_ddp_report(load_ddp_inputs(folder))
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or folder, files))
+
+
+class DiffCommand(click.Command):
+    """The diff command, whose help ends with the --fail-on grammar (imported only when help is shown)."""
+
+    def format_epilog(self, ctx, formatter):
+        from analyze.diff import RULE_GRAMMAR
+
+        formatter.write_paragraph()
+        formatter.write_text("FAIL-ON RULES")
+        with formatter.indentation():
+            for line in RULE_GRAMMAR.splitlines():
+                formatter.write(f"{formatter.current_indent * ' '}{line}\n")
+
+
+@cli.command(cls=DiffCommand)
+@click.argument("base", type=click.Path(exists=True, path_type=str))
+@click.argument("new", type=click.Path(exists=True, path_type=str))
+@output_options("diff")
+@click.option(
+    "--fail-on", "fail_on", multiple=True, metavar="RULE", help="Exit 1 when a significant change breaks RULE (below)."
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    help="Percent: a change is significant only when larger than this (and its 95% interval excludes zero).",
+)
+@click.option("--fold-gemm-tiles", is_flag=True, help="Match GEMM kernels across tile variants (128x64 -> <tile>).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Arrow copy of big exports.")
+def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_gemm_tiles, no_cache):
+    """What changed from BASE to NEW, with noise bands, and a gate for CI.
+
+    BASE and NEW are each a trace (.sqlite, .nsys-rep, .json[.gz]), a memory
+    snapshot (.pickle), or a folder of them: several files a side (repeated runs)
+    are compared by their mean, each file an instance. Kernels are matched by
+    name (Inductor suffixes folded); categories, phases, NVTX ranges and memory
+    peaks are compared too. Each delta gets a 95% bootstrap interval over the
+    side's instances (steps, phase instances or files); with one instance a side
+    the report says that no noise estimate is possible.
+
+    Exit codes: 0 no rule broken, 1 a --fail-on rule broken (one line each on
+    stdout), 2 bad input or a malformed rule.
+
+    Example: profiler-kit diff base.sqlite new.sqlite --fail-on 'step>+3%' --fail-on 'category:gemm>+5%'
+    """
+    with importing():
+        from analyze.diff import compare, evaluate_rules, parse_rule
+        from profiler_kit.build_diff import build_diff_report, gate_lines, load_side
+        from profiler_kit.output import render_report_files, write_files
+
+    rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
+    options = frozenset({"gemm_tiles"} if fold_gemm_tiles else ())
+    base_side, base_files = load_side(base, options, cache=not no_cache)
+    new_side, new_files = load_side(new, options, cache=not no_cache)
+    compared = compare(base_side, new_side, threshold / 100)
+    verdicts = evaluate_rules(rules, base_side, new_side, compared) if rules else None
+    rep = build_diff_report(base_files, new_files, compared, verdicts, top=top, threshold=threshold / 100)
+    files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
+    echo_written(write_files(out_dir or Path("reports") / "diff", files))
+    broken = gate_lines(verdicts) if verdicts is not None else []
+    for line in broken:
+        click.echo(line)
+    if rules:
+        click.echo(f"gate: {len(broken)} of {len(rules)} rule(s) broken", err=True)
+    if broken:
+        sys.exit(1)
