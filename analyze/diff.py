@@ -270,8 +270,7 @@ def compare(base: Measures, new: Measures, threshold: float = DEFAULT_THRESHOLD)
     says why no estimate is possible.
     """
     keys = ["scope", "key"]
-    b, n = base.values.set_index(keys), new.values.set_index(keys)
-    joined = b.join(n, how="outer", lsuffix="_b", rsuffix="_n", sort=False)
+    joined = base.values.merge(new.values, on=keys, how="outer", suffixes=("_b", "_n"), sort=False).set_index(keys)
     order = {s: i for i, s in enumerate(SCOPES)}
     rows = []
     for (scope, key), r in joined.iterrows():

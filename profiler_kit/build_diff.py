@@ -123,8 +123,12 @@ def build_diff_report(
     verdicts: pd.DataFrame | None = None,
     top: int = 15,
     threshold: float = 0.02,
+    everything: bool = False,
 ) -> Report:
-    """The diff report: summary, categories, kernels, phases, ranges, memory and the gate's verdicts."""
+    """The diff report: summary, categories, kernels, phases, ranges, memory and the gate's verdicts.
+
+    ``everything`` adds the whole compared table (every scope and key, every column): for CSV/JSON.
+    """
     rep = Report(
         "profiler-kit diff",
         text=[
@@ -199,6 +203,8 @@ def build_diff_report(
             )
         )
         rep.sections.append(sec)
+    if everything:
+        rep.sections.append(Section("All values", tables=[Table("All compared values", compared, key="all")]))
     if verdicts is not None and len(verdicts):
         rep.sections.append(
             Section(

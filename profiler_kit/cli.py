@@ -612,7 +612,9 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     new_side, new_files = load_side(new, options, cache=not no_cache)
     compared = compare(base_side, new_side, threshold / 100)
     verdicts = evaluate_rules(rules, base_side, new_side, compared) if rules else None
-    rep = build_diff_report(base_files, new_files, compared, verdicts, top=top, threshold=threshold / 100)
+    rep = build_diff_report(
+        base_files, new_files, compared, verdicts, top=top, threshold=threshold / 100, everything=fmt != "md"
+    )
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or Path("reports") / "diff", files))
     broken = gate_lines(verdicts) if verdicts is not None else []

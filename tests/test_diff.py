@@ -1,0 +1,364 @@
+"""profiler-kit diff: matching, noise bands, the --fail-on gate, memory snapshots, and the CLI."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyze.breakdown import analyze_trace
+from analyze.diff import (
+    Measures,
+    bootstrap,
+    combine,
+    compare,
+    evaluate_rules,
+    measure_trace,
+    normalize_kernel_names,
+    parse_rule,
+)
+from analyze.errors import InputError
+from analyze.sources import Source, read_trace
+from profiler_kit.build_diff import DIFF_TABLES
+from tests.conftest import ROOT, SHARED_DATA
+from tests.memory_helpers import USER, MiB, T, event, known_peak_snapshot, write
+
+GEMM_FWD = "ampere_sgemm_128x64_tn"
+GEMM_BWD = "ampere_sgemm_64x64_nt"
+POINTWISE = "triton_poi_fused_add_mul_3"
+MUL = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>>(int)"
+ADAM = "void at::native::multi_tensor_apply_kernel<TensorListMetadata<4>, FusedAdamMathFunctor<float, 4>>(int)"
+# phase -> kernels it launches (name, duration in us)
+PHASES = {
+    "forward": [(GEMM_FWD, 100), (POINTWISE, 20), (GEMM_FWD, 100), (POINTWISE, 20)],
+    "backward": [(GEMM_BWD, 200), (MUL, 30), (GEMM_BWD, 200), (MUL, 30)],
+    "optimizer": [(ADAM, 50)],
+}
+
+
+def kineto_trace(path: Path, steps: int = 8, scale=None, rename=None, extra=(), seed: int = 0) -> Path:
+    """A Kineto trace of ``steps`` ProfilerStep#N ranges, each with forward/backward/optimizer ranges and
+    the kernels of PHASES (durations jittered by up to 3%, from ``seed``). ``scale`` multiplies a kernel's
+    durations, ``rename`` renames (None: drops) kernels, ``extra`` adds (name, us) kernels to the optimizer."""
+    rng = np.random.default_rng(seed)
+    scale, rename = scale or {}, rename or {}
+    events, corr, t, gpu = [], 1, 1000.0, 0.0
+    cpu = {"ph": "X", "pid": 1, "tid": 1}
+    for s in range(steps):
+        step_start = t
+        for phase, kernels in PHASES.items():
+            phase_start = t
+            for i, (name, us) in enumerate([*kernels, *(extra if phase == "optimizer" else ())]):
+                jitter = 1 + rng.uniform(-0.03, 0.03) if i < len(kernels) else 1.0  # extras draw none
+                name = rename.get(name, name)
+                t += 2
+                if name is None:
+                    continue
+                events.append({**cpu, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t, "dur": 4, "args": {"correlation": corr}})  # fmt: skip
+                gpu = max(gpu, t + 10)
+                dur = round(us * jitter * scale.get(name, 1.0), 3)
+                events.append({"ph": "X", "pid": 0, "tid": 7, "cat": "kernel", "name": name, "ts": gpu, "dur": dur,
+                               "args": {"correlation": corr, "device": 0, "stream": 7}})  # fmt: skip
+                gpu += dur + 1
+                corr += 1
+                t += 6
+            t += 2
+            events.append({**cpu, "cat": "user_annotation", "name": phase, "ts": phase_start, "dur": t - phase_start})
+            t += 2
+        t = max(t, gpu) + 5  # the step waits for its kernels (a synchronize)
+        events.append({**cpu, "cat": "user_annotation", "name": f"ProfilerStep#{s}", "ts": step_start - 1, "dur": t - step_start + 2})  # fmt: skip
+        t += 10
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def measures(path: Path) -> Measures:
+    trace = read_trace(Source(path, "kineto"), details=False)
+    return measure_trace(trace.nvtx, analyze_trace(trace, DIFF_TABLES))
+
+
+def rows(path: Path) -> pd.DataFrame:
+    """The rows of one table written with --format json."""
+    return pd.DataFrame(json.loads(path.read_text())["rows"])
+
+
+def significant(compared: pd.DataFrame, scope: str) -> set[str]:
+    return set(compared.loc[(compared["scope"] == scope) & compared["significant"], "key"])
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "profiler_kit", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A trace and its copy with GEMM_BWD's instances 20% longer (same jitter)."""
+    d = tmp_path_factory.mktemp("pair")
+    return kineto_trace(d / "base.json"), kineto_trace(d / "slow.json", scale={GEMM_BWD: 1.2})
+
+
+def test_a_trace_against_itself_changes_nothing(pair):
+    base = measures(pair[0])
+    compared = compare(base, measures(pair[0]))
+    assert len(compared) > 20 and (compared["status"] == "matched").all()
+    assert (compared["delta"] == 0).all()
+    assert not compared["significant"].any()
+    noisy = compared[compared["base_instances"] >= 2]
+    assert {"kernel", "category", "phase", "step", "range"} <= set(noisy["scope"])  # steps and phases are instances
+    assert ((noisy["ci_low"] <= 0) & (noisy["ci_high"] >= 0)).all()
+    rules = [parse_rule(r) for r in ("step>+3%", "category:gemm>+5%", "kernel:.>+1%", "phase:backward>+0%")]
+    assert not evaluate_rules(rules, base, base, compared)["broken"].any()
+
+
+def test_one_kernel_20_percent_longer_is_the_only_significant_change(pair):
+    base, new = measures(pair[0]), measures(pair[1])
+    compared = compare(base, new)
+    assert significant(compared, "kernel") == {GEMM_BWD}
+    assert significant(compared, "category") == {"gemm"}
+    assert significant(compared, "phase") == {"backward"}  # the only phase holding it
+    assert significant(compared, "phase_wall") == set()  # CPU time of the phases: they do not wait for the GPU
+    assert significant(compared, "step") == {"step_wall"}  # each step ends with a synchronize: it holds the kernel
+    row = compared.set_index(["scope", "key"]).loc[("kernel", GEMM_BWD)]
+    assert row["delta_frac"] == pytest.approx(0.2, abs=0.002)
+    assert row["ci_low_frac"] < 0.2 < row["ci_high_frac"] and row["ci_low_frac"] > 0.15
+    # GEMM per step: 200 us forward + 400 us backward; +80 us is +13%
+    gemm = compared.set_index(["scope", "key"]).loc[("category", "gemm"), "change_frac"]
+    assert gemm == pytest.approx(80 / 600, rel=0.05)
+    verdicts = evaluate_rules(
+        [parse_rule(r) for r in ("category:gemm>+5%", "category:gemm>+15%", "kernel:64x64>+10%", "step>+3%")],
+        base,
+        new,
+        compared,
+    )
+    assert verdicts["broken"].tolist() == [True, False, True, True]
+
+
+def test_independent_noise_is_not_significant(tmp_path):
+    base = measures(kineto_trace(tmp_path / "a.json", seed=1))
+    new = measures(kineto_trace(tmp_path / "b.json", seed=2))
+    compared = compare(base, new)
+    assert not compared["significant"].any()
+    assert (compared["delta"] != 0).any()
+
+
+def test_new_removed_and_renamed_kernels(tmp_path):
+    base = measures(kineto_trace(tmp_path / "a.json"))
+    new = measures(
+        kineto_trace(
+            tmp_path / "b.json",
+            rename={POINTWISE: "triton_poi_fused_add_mul_12", ADAM: None},
+            extra=[("my_new_kernel", 40)],
+        )
+    )
+    kernels = compare(base, new).query("scope == 'kernel'").set_index("key")
+    assert kernels.loc["triton_poi_fused_add_mul", "status"] == "matched"  # Inductor's suffix folded
+    assert kernels.loc["triton_poi_fused_add_mul", "delta"] == 0
+    assert kernels.loc[ADAM, "status"] == "removed" and kernels.loc[ADAM, "new"] == 0
+    assert kernels.loc["my_new_kernel", "status"] == "new"
+    assert kernels.loc["my_new_kernel", "new"] == pytest.approx(8 * 40_000, rel=0.04)
+    assert kernels.loc["my_new_kernel", "significant"] and kernels.loc[ADAM, "significant"]
+    assert kernels.loc[ADAM, "change_frac"] == -1
+
+
+def test_name_rules():
+    names = pd.Series(["triton_poi_fused_add_mul_12", "triton_red_fused_sum_0", "ampere_sgemm_128x64_tn", "x_12"])
+    cats = pd.Series(["elementwise", "reduction", "gemm", "other"])
+    assert normalize_kernel_names(names, cats).tolist() == [
+        "triton_poi_fused_add_mul",
+        "triton_red_fused_sum",
+        "ampere_sgemm_128x64_tn",
+        "x_12",
+    ]
+    folded = normalize_kernel_names(names, cats, frozenset({"gemm_tiles"}))
+    assert folded[2] == "ampere_sgemm_<tile>_tn"
+
+
+def test_bootstrap_interval_is_reproducible_and_covers_a_known_shift():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(100, 1, 30), rng.normal(110, 1, 30)
+    assert bootstrap(a, b) == bootstrap(a, b)
+    lo, hi, rlo, rhi = bootstrap(a, b)
+    assert lo < b.mean() - a.mean() < hi and 8 < lo and hi < 12
+    assert rlo < b.mean() / a.mean() - 1 < rhi
+
+
+def test_one_instance_a_side_has_no_noise_estimate(tmp_path):
+    base = measures(kineto_trace(tmp_path / "a.json", steps=1))
+    new = measures(kineto_trace(tmp_path / "b.json", steps=1, scale={GEMM_BWD: 1.2}))
+    compared = compare(base, new)
+    kernels = compared[compared["scope"] == "kernel"]
+    assert kernels["noise"].str.startswith("no noise estimate").all() and not compared["significant"].any()
+    # the gate compares the change itself, and says so
+    verdicts = evaluate_rules([parse_rule("kernel:64x64>+10%")], base, new, compared)
+    assert verdicts["broken"].tolist() == [True] and "no noise estimate" in verdicts["line"][0]
+
+
+def test_several_files_a_side_are_instances(tmp_path):
+    sides = [[measures(kineto_trace(tmp_path / f"{s}{i}.json", steps=1, seed=i, scale=sc)) for i in range(4)]
+             for s, sc in (("a", {}), ("b", {GEMM_BWD: 1.2}))]  # fmt: skip
+    base, new = combine(sides[0]), combine(sides[1])
+    compared = compare(base, new)
+    assert significant(compared, "kernel") == {GEMM_BWD}
+    row = compared.set_index(["scope", "key"]).loc[("kernel", GEMM_BWD)]
+    assert row["base_instances"] == 4 and "files" in row["noise"]
+    assert row["base"] == pytest.approx(np.mean([s.values.set_index("key").loc[GEMM_BWD, "value"] for s in sides[0]]))
+
+
+@pytest.mark.parametrize(
+    "rule",
+    ["step", "step>3", "step>+3 %", "kernel>+3%", "category>+5%", "kernel:(>+1%", "peak_allocated>+1ms",
+     "step>+1GiB", "bogus>+1%", "step=+3%", "kernel:>+1%"],
+)  # fmt: skip
+def test_malformed_rules_are_input_errors(rule):
+    with pytest.raises(InputError, match="--fail-on"):
+        parse_rule(rule)
+
+
+def test_rule_grammar():
+    r = parse_rule("kernel:a>b|c>+10%")
+    assert (r.scope, r.pattern.pattern, r.op, r.limit, r.unit) == ("kernel", "a>b|c", ">", pytest.approx(0.1), "frac")
+    r = parse_rule("peak_allocated>+1GiB")
+    assert (r.scope, r.key, r.limit, r.unit) == ("memory", "peak_allocated", 2**30, "bytes")
+    assert parse_rule("step<-2ms").limit == -2e6
+
+
+def extra_alloc_at_peak(size: int) -> dict:
+    """known_peak_snapshot with one more allocation, from another source line, live across its peak."""
+    snap = copy.deepcopy(known_peak_snapshot())
+    line = {**USER, "line": 999}
+    trace = snap["device_traces"][0]
+    trace.insert(4, event("alloc", T + 2048, size, 13, [line]))  # right after the peak's allocation
+    trace.append(event("free_requested", T + 2048, size, 17, [line]))
+    trace.append(event("free_completed", T + 2048, size, 18, [line]))
+    return snap
+
+
+def test_memory_snapshot_with_an_extra_allocation_at_the_peak(tmp_path):
+    a = write(tmp_path / "a.pickle", known_peak_snapshot())
+    b = write(tmp_path / "b.pickle", extra_alloc_at_peak(512 * 1024))
+    proc = run_cli("diff", str(a), str(b), "-o", str(tmp_path / "out"), "--format", "json", "--no-html")
+    assert proc.returncode == 0, proc.stderr
+    peaks = rows(tmp_path / "out" / "diff.memory_peaks.json")
+    alloc = peaks.set_index("key").loc["peak_allocated"]
+    assert alloc["delta_bytes"] == 512 * 1024
+    assert alloc["base_bytes"] == 20 * MiB + 1024  # known_peak_snapshot's peak (its docstring)
+    lines = rows(tmp_path / "out" / "diff.memory_lines.json")
+    changed = lines[lines["delta_bytes"] != 0]
+    assert (
+        len(changed) == 1 and changed["key"].iloc[0].startswith("model.py:999") and changed["status"].iloc[0] == "new"
+    )
+    gate = run_cli(
+        "diff", str(a), str(b), "-o", str(tmp_path / "g"), "--no-html", "--fail-on", "peak_allocated>+256KiB"
+    )
+    assert gate.returncode == 1 and gate.stdout.count("\n") == 1 and "peak_allocated" in gate.stdout
+    ok = run_cli("diff", str(a), str(b), "-o", str(tmp_path / "g"), "--no-html", "--fail-on", "peak_allocated>+1MiB")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_cli_gate_exit_codes(pair, tmp_path):
+    base, slow = map(str, pair)
+    out = ["-o", str(tmp_path / "out"), "--no-html"]
+    same = run_cli("diff", base, base, *out, "--fail-on", "step>+3%", "--fail-on", "category:gemm>+5%")
+    assert same.returncode == 0 and same.stdout == "", same.stderr
+    worse = run_cli("diff", base, slow, *out, "--fail-on", "category:gemm>+5%", "--fail-on", "kernel:64x64>+30%")
+    assert worse.returncode == 1, worse.stderr
+    (line,) = worse.stdout.splitlines()  # one line per broken rule: the kernel rule holds
+    assert line.startswith("FAIL category:gemm>+5%: gemm changed +13.")
+    passes = run_cli("diff", base, slow, *out, "--fail-on", "category:gemm>+15%")
+    assert passes.returncode == 0
+    bad = run_cli("diff", base, slow, *out, "--fail-on", "gemm>5")
+    assert (
+        bad.returncode == 2 and bad.stderr.startswith("Error: --fail-on 'gemm>5'") and len(bad.stderr.splitlines()) == 1
+    )
+    missing = run_cli("diff", base, str(tmp_path / "nope.json"), *out)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_totals_of_each_side_equal_the_report(pair, tmp_path):
+    base, slow = map(str, pair)
+    assert run_cli("diff", base, slow, "-o", str(tmp_path / "d"), "--format", "json", "--no-html").returncode == 0
+    for side, path in (("base", base), ("new", slow)):
+        rep = run_cli("report", path, "-o", str(tmp_path / side), "--format", "json", "--no-html", "--top", "100")
+        assert rep.returncode == 0, rep.stderr
+        label = Path(path).name.removesuffix(".json")
+        summary = rows(tmp_path / side / f"report.{label}_summary.json").iloc[0]
+        ours = rows(tmp_path / "d" / "diff.summary.json").set_index("key")[f"{side}_ns"]
+        assert ours["kernel_time"] == summary["kernel_time_ns"] and ours["gpu_busy"] == summary["gpu_busy_ns"]
+        top = rows(tmp_path / side / f"report.{label}_top_kernels.json").set_index("kernel")["total_ns"]
+        every = rows(tmp_path / "d" / "diff.all.json").query("scope == 'kernel'").set_index("key")[side]
+        top.index = normalize_kernel_names(top.index.to_series(), top.index.to_series())  # one name per kernel here
+        pd.testing.assert_series_equal(every[top.index], top, check_names=False, check_dtype=False)
+        cats = rows(tmp_path / side / f"report.{label}_categories.json").set_index("category")["total_ns"]
+        ours = rows(tmp_path / "d" / "diff.categories.json").set_index("key")[f"{side}_ns"]
+        pd.testing.assert_series_equal(
+            ours[ours > 0].sort_index(),
+            cats[cats > 0].sort_index(),
+            check_names=False,
+            check_index_type=False,
+            check_dtype=False,
+        )
+
+
+NSYS = SHARED_DATA / "nsys_sqlite" / "bolongcheng__assignment2-systems__small_opt_A100.sqlite"
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="../shared/data absent")
+def test_real_nsys_export_with_one_kernel_made_longer(tmp_path):
+    """A real export against a copy whose one GEMM kernel's instances are 20% longer (edited in SQL)."""
+    slow = tmp_path / "slow.sqlite"
+    slow.write_bytes(NSYS.read_bytes())
+    with sqlite3.connect(slow) as con:
+        (name_id,) = con.execute(
+            "SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY demangledName ORDER BY sum(end - start) DESC"
+        ).fetchone()
+        con.execute(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + CAST((end - start) * 1.2 AS INTEGER) WHERE demangledName = ?",
+            (name_id,),
+        )
+        (name,) = con.execute("SELECT value FROM StringIds WHERE id = ?", (name_id,)).fetchone()
+    base, new = (measure_trace(t.nvtx, analyze_trace(t, DIFF_TABLES)) for t in
+                 (read_trace(Source(p, "nsys-sqlite"), details=False) for p in (NSYS, slow)))  # fmt: skip
+    compared = compare(base, new).set_index(["scope", "key"])
+    kernels = compared.loc["kernel"]
+    changed = kernels[kernels["delta"] != 0]
+    assert list(changed.index) == [name] and changed["delta_frac"].iloc[0] == pytest.approx(0.2, abs=0.001)
+    assert compared.loc[("category", "gemm"), "delta"] == changed["delta"].iloc[0]
+    # one instance a side (no step ranges): nothing is called significant, the gate compares changes
+    assert not compared.loc[["kernel", "category"]]["significant"].any()
+    gemm_change = compared.loc[("category", "gemm"), "delta_frac"]
+    verdicts = evaluate_rules(
+        [
+            parse_rule(f"category:gemm>+{100 * gemm_change - 0.5:.2f}%"),
+            parse_rule(f"category:gemm>+{100 * gemm_change + 0.5:.2f}%"),
+        ],
+        base,
+        new,
+        compared.reset_index(),
+    )
+    assert verdicts["broken"].tolist() == [True, False]
+
+
+def test_gzip_kineto_and_folder_sides(tmp_path, pair):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for i in range(3):
+        data = kineto_trace(tmp_path / f"r{i}.json", steps=2, seed=i).read_bytes()
+        (folder / f"r{i}.json.gz").write_bytes(gzip.compress(data))
+    proc = run_cli("diff", str(folder), str(folder), "-o", str(tmp_path / "o"), "--no-html")
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "o" / "diff.md").read_text()
+    assert "r2.json.gz" in text and "0 significant change(s)" in text
