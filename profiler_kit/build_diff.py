@@ -37,7 +37,7 @@ def load_side(path: str, options: frozenset[str] = frozenset(), cache: bool = Fa
     if traces:
         measured = []
         for src in traces:
-            trace = read_trace(src, details=False, cache=cache)
+            trace = read_trace(src, details=False, cache=cache, runtime_later=True)
             measured.append(measure_trace(trace.nvtx, analyze_trace(trace, DIFF_TABLES), options))
         parts.append(combine(measured, "files"))
     if snapshots:

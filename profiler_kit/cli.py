@@ -601,6 +601,13 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
 
     Example: profiler-kit diff base.sqlite new.sqlite --fail-on 'step>+3%' --fail-on 'category:gemm>+5%'
     """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as report: no matrix products worth a thread per core
+    with importing():  # big exports start being read now, beside the imports below (as report does)
+        from analyze.trace_cache import prefetch_uncached
+
+        for path in (base, new):
+            prefetch_uncached(Path(path), cache=not no_cache)
+    keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
     with importing():
         from analyze.diff import compare, evaluate_rules, parse_rule
         from profiler_kit.build_diff import build_diff_report, gate_lines, load_side
