@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analyze.breakdown import gemm_vs_elementwise, range_name_codes
+from analyze.breakdown import PROJECTED_COLUMNS, gemm_vs_elementwise, range_name_codes, summarize_ranges
 from analyze.errors import InputError
-from analyze.projection import positions, range_label_codes, sum_by
+from analyze.projection import positions, project_nvtx, range_label_codes, sum_by
 
 # Ranges that are one training step each: "step", "train_step 3", "ProfilerStep#12", "iteration 4".
 STEP_PATTERN = re.compile(
@@ -35,7 +35,19 @@ NAME_RULES = (
 )  # fmt: skip
 _NAME_RULES = tuple((when, cat, re.compile(pat), rep) for when, cat, pat, rep, _ in NAME_RULES)
 
-SCOPES = ("summary", "step", "category", "kernel", "phase", "range", "memory", "memory_category", "memory_line")
+SCOPES = (
+    "summary",
+    "step",
+    "category",
+    "kernel",
+    "phase",
+    "phase_wall",
+    "range",
+    "op",
+    "memory",
+    "memory_category",
+    "memory_line",
+)
 RESAMPLES, SEED, LEVEL = 2000, 0, 0.95
 DEFAULT_THRESHOLD = 0.02  # a significant change is also larger than this fraction of the base value
 
@@ -105,6 +117,7 @@ def measure_trace(
     by_kernel = kernels.groupby("key", sort=False).agg(total_ns=("total_ns", "sum"), category=("category", "first"))
     phases = tables["phases"]
     ranges = tables["range_groups"]
+    ranges = ranges[~ranges["range"].astype(str).str.match(STEP_PATTERN)]  # steps have their own scope
     parts = [
         _rows(
             "summary",
@@ -192,6 +205,25 @@ def _phase_instances(out: Measures, nvtx, tables) -> None:
         out.instances[("phase", name)] = kernel_ns[rows].astype(float)
         out.instances[("phase_wall", name)] = duration[rows].astype(float)
     out.instance_kind.update({"phase": "phase instances", "phase_wall": "phase instances"})
+
+
+def measure_ops(op_ranges: pd.DataFrame, ops: pd.DataFrame, launched: pd.DataFrame) -> pd.DataFrame:
+    """Measure rows (scope "op") of PyTorch ops: the GPU time of the kernels each op (name and input shapes)
+    launched, summed over its instances, as ``summarize_ranges`` sums NVTX ranges. Ops that launched no
+    kernel are left out. ``op_ranges``: ops in the NVTX range schema (``analyze.kineto_ops``); ``ops``,
+    ``launched``: ``gpu_ops`` of the trace and ``launches`` of them."""
+    attributed = project_nvtx(op_ranges, ops[PROJECTED_COLUMNS], launched)
+    table = summarize_ranges(op_ranges, attributed)
+    table = table[table["kernels"] > 0]
+    return _rows("op", table["range"], table["kernel_time_ns"], "ns")
+
+
+def matched_share(compared: pd.DataFrame) -> float:
+    """The smaller side's share of kernel time in kernels matched by name (1: every kernel matched)."""
+    k = compared[compared["scope"] == "kernel"]
+    matched = k["status"] == "matched"
+    shares = [k.loc[matched, c].sum() / k[c].sum() for c in ("base", "new") if k[c].sum() > 0]
+    return min(shares, default=1.0)
 
 
 def measure_snapshot(analysis) -> Measures:
@@ -342,14 +374,15 @@ METRICS = {
     "kernel": ("kernel", None),
     "phase": ("phase", None),
     "range": ("range", None),
+    "op": ("op", None),
 }
 RULE_PATTERN = re.compile(r"^(?P<metric>.+?)(?P<op>[<>])(?P<value>[+-]?\d+(?:\.\d+)?)(?P<unit>%|[A-Za-z]+)$")
 RULE_GRAMMAR = """RULE is METRIC OP LIMIT, no spaces around OP:
   METRIC  step | gpu_busy | kernel_time | memop_time | peak_allocated | peak_reserved
-          | category:NAME | kernel:REGEX | phase:REGEX | range:REGEX
+          | category:NAME | kernel:REGEX | phase:REGEX | range:REGEX | op:REGEX
   OP      > (fails when the change is above LIMIT) or < (below LIMIT)
   LIMIT   signed number and unit: % (relative) or ns us ms s (time) or B KB MB GB KiB MiB GiB (bytes)
-kernel:/phase:/range: REGEX is searched in the (normalized) names; the kernels it matches are summed.
+kernel:/phase:/range:/op: REGEX is searched in the (normalized) names; the kernels it matches are summed.
 A rule fails when the change passes LIMIT and is significant (its 95% interval excludes zero); with
 one instance a side there is no interval and the change itself is compared (the line says so).
 Examples: 'step>+3%'  'category:gemm>+5%'  'kernel:^triton_poi>+10%'  'peak_allocated>+1GiB'  'gpu_busy>+2ms'"""

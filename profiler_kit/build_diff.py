@@ -6,9 +6,11 @@ Reading and measuring each side is ``load_side``; every number comes from ``anal
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
-from analyze.diff import RESAMPLES, Measures, combine, measure_snapshot, measure_trace
+from analyze.diff import RESAMPLES, Measures, combine, measure_ops, measure_snapshot, measure_trace
 from analyze.errors import InputError
 from profiler_kit.report import Report, Section, Table
 
@@ -17,9 +19,13 @@ DIFF_TABLES = ("summary", "kernels", "categories", "ops", "attributed", "range_g
 SUFFIX = {"ns": "_ns", "bytes": "_bytes", "frac": "_frac"}
 
 
-def load_side(path: str, options: frozenset[str] = frozenset(), cache: bool = False) -> tuple[Measures, list[str]]:
+def load_side(
+    path: str, options: frozenset[str] = frozenset(), cache: bool = False, ops: bool = False
+) -> tuple[Measures, list[str]]:
     """Read every trace and memory snapshot at ``path`` (a file or a folder) and measure them as one side.
 
+    With ``ops``, Kineto traces are also measured per PyTorch op (``measure_ops``): the level at which
+    runs compare when their kernels do not match.
     Several traces (repeats, ranks) are combined into their mean per file, the files its instances
     (``analyze.diff.combine``); so are several snapshots. Returns the measures and the files read.
     """
@@ -38,7 +44,11 @@ def load_side(path: str, options: frozenset[str] = frozenset(), cache: bool = Fa
         measured = []
         for src in traces:
             trace = read_trace(src, details=False, cache=cache, runtime_later=True)
-            measured.append(measure_trace(trace.nvtx, analyze_trace(trace, DIFF_TABLES), options))
+            tables = analyze_trace(trace, DIFF_TABLES)
+            m = measure_trace(trace.nvtx, tables, options)
+            if ops and src.kind == "kineto":
+                m.values = pd.concat([m.values, _op_rows(src.path, trace, tables["ops"])], ignore_index=True)
+            measured.append(m)
         parts.append(combine(measured, "files"))
     if snapshots:
         parts.append(combine([measure_snapshot(analyze_snapshot(read_memory_snapshot(s.path))) for s in snapshots]))
@@ -53,6 +63,15 @@ def load_side(path: str, options: frozenset[str] = frozenset(), cache: bool = Fa
     return side, [str(s.path) for s in traces + snapshots]
 
 
+def _op_rows(path: Path, trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``measure_ops`` for one Kineto trace."""
+    from analyze.breakdown import op_ids
+    from analyze.kineto_ops import read_kineto_ops
+    from analyze.projection import launches
+
+    return measure_ops(read_kineto_ops(path), ops, launches(op_ids(trace), trace.runtime))
+
+
 def _view(df: pd.DataFrame, unit: str, frac: bool = True) -> pd.DataFrame:
     """Rows of one unit with the unit in the column names (renderers scale ``*_ns``/``*_bytes``/``*_frac``)."""
     sfx = SUFFIX[unit]
@@ -63,7 +82,7 @@ def _view(df: pd.DataFrame, unit: str, frac: bool = True) -> pd.DataFrame:
     if frac:
         keep += ["base_instances", "new_instances", "change_frac", "ci_low_frac", "ci_high_frac", "significant"]
     out = df[keep].rename(columns=cols)
-    if not (out["category"].astype(str) != "").any():
+    if not (out["category"].astype(str) != "").any() or (out["category"] == out["key"]).all():
         out = out.drop(columns="category")
     if (out["status"] == "matched").all():
         out = out.drop(columns="status")
@@ -181,6 +200,18 @@ def build_diff_report(
                         note="Range names grouped as the report's range groups (emit_nvtx suffixes dropped).",
                     )
                 ],
+            )
+        )
+    ops = _scope(compared, "op")
+    if len(ops):
+        rep.sections.append(
+            Section(
+                "PyTorch ops",
+                text=[
+                    "GPU time of the kernels each op (name and input shapes, Kineto cpu_op) launched: the level at "
+                    "which runs compare when their kernels do not match. Nested ops each count their kernels."
+                ],
+                tables=[Table(f"Top {min(top, len(ops))} ops by |delta|", _view(_by_size(ops, top), "ns"), key="ops")],
             )
         )
     memory = _scope(compared, "memory", "memory_category", "memory_line")

@@ -584,8 +584,14 @@ class DiffCommand(click.Command):
     help="Percent: a change is significant only when larger than this (and its 95% interval excludes zero).",
 )
 @click.option("--fold-gemm-tiles", is_flag=True, help="Match GEMM kernels across tile variants (128x64 -> <tile>).")
+@click.option(
+    "--ops/--no-ops",
+    default=None,
+    help="Also compare Kineto traces per PyTorch op [default: when kernels matched by name hold under half "
+    "of either side's kernel time].",
+)
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Arrow copy of big exports.")
-def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_gemm_tiles, no_cache):
+def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_gemm_tiles, ops, no_cache):
     """What changed from BASE to NEW, with noise bands, and a gate for CI.
 
     BASE and NEW are each a trace (.sqlite, .nsys-rep, .json[.gz]), a memory
@@ -609,15 +615,19 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
             prefetch_uncached(Path(path), cache=not no_cache)
     keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
     with importing():
-        from analyze.diff import compare, evaluate_rules, parse_rule
+        from analyze.diff import compare, evaluate_rules, matched_share, parse_rule
         from profiler_kit.build_diff import build_diff_report, gate_lines, load_side
         from profiler_kit.output import render_report_files, write_files
 
     rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
     options = frozenset({"gemm_tiles"} if fold_gemm_tiles else ())
-    base_side, base_files = load_side(base, options, cache=not no_cache)
-    new_side, new_files = load_side(new, options, cache=not no_cache)
+    base_side, base_files = load_side(base, options, cache=not no_cache, ops=bool(ops))
+    new_side, new_files = load_side(new, options, cache=not no_cache, ops=bool(ops))
     compared = compare(base_side, new_side, threshold / 100)
+    if ops is None and matched_share(compared) < 0.5:  # kernels do not match: compare the ops that launched them
+        base_side, _ = load_side(base, options, cache=not no_cache, ops=True)
+        new_side, _ = load_side(new, options, cache=not no_cache, ops=True)
+        compared = compare(base_side, new_side, threshold / 100)
     verdicts = evaluate_rules(rules, base_side, new_side, compared) if rules else None
     rep = build_diff_report(
         base_files, new_files, compared, verdicts, top=top, threshold=threshold / 100, everything=fmt != "md"

@@ -44,10 +44,14 @@ PHASES = {
 }
 
 
-def kineto_trace(path: Path, steps: int = 8, scale=None, rename=None, extra=(), seed: int = 0) -> Path:
+OPS = {GEMM_FWD: "aten::mm", GEMM_BWD: "aten::mm", POINTWISE: "aten::add", MUL: "aten::mul", ADAM: "aten::_fused_adam_"}
+
+
+def kineto_trace(path: Path, steps: int = 8, scale=None, rename=None, extra=(), seed: int = 0, ops=False) -> Path:
     """A Kineto trace of ``steps`` ProfilerStep#N ranges, each with forward/backward/optimizer ranges and
     the kernels of PHASES (durations jittered by up to 3%, from ``seed``). ``scale`` multiplies a kernel's
-    durations, ``rename`` renames (None: drops) kernels, ``extra`` adds (name, us) kernels to the optimizer."""
+    durations, ``rename`` renames (None: drops) kernels, ``extra`` adds (name, us) kernels to the optimizer;
+    with ``ops`` each launch is inside a cpu_op event (OPS, by the kernel's name before renaming)."""
     rng = np.random.default_rng(seed)
     scale, rename = scale or {}, rename or {}
     events, corr, t, gpu = [], 1, 1000.0, 0.0
@@ -58,10 +62,14 @@ def kineto_trace(path: Path, steps: int = 8, scale=None, rename=None, extra=(), 
             phase_start = t
             for i, (name, us) in enumerate([*kernels, *(extra if phase == "optimizer" else ())]):
                 jitter = 1 + rng.uniform(-0.03, 0.03) if i < len(kernels) else 1.0  # extras draw none
+                op = OPS.get(name, "aten::other")
                 name = rename.get(name, name)
                 t += 2
                 if name is None:
                     continue
+                if ops:
+                    events.append({**cpu, "cat": "cpu_op", "name": op, "ts": t - 1, "dur": 6,
+                                   "args": {"Input Dims": [[8, 64], [64, 32]]}})  # fmt: skip
                 events.append({**cpu, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t, "dur": 4, "args": {"correlation": corr}})  # fmt: skip
                 gpu = max(gpu, t + 10)
                 dur = round(us * jitter * scale.get(name, 1.0), 3)
@@ -362,3 +370,23 @@ def test_gzip_kineto_and_folder_sides(tmp_path, pair):
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "o" / "diff.md").read_text()
     assert "r2.json.gz" in text and "0 significant change(s)" in text
+
+
+def test_runs_whose_kernels_differ_compare_per_op(tmp_path):
+    """Another GPU: every kernel renamed, the GEMMs also 20% slower; the ops that launched them still match."""
+    other_gpu = {GEMM_FWD: "sm90_gemm_a", GEMM_BWD: "sm90_gemm_b", POINTWISE: "p2", MUL: "m2", ADAM: "a2"}
+    a = kineto_trace(tmp_path / "a.json", ops=True)
+    b = kineto_trace(tmp_path / "b.json", ops=True, rename=other_gpu, scale={"sm90_gemm_a": 1.2, "sm90_gemm_b": 1.2})
+    out = tmp_path / "out"
+    proc = run_cli(
+        "diff", str(a), str(b), "-o", str(out), "--format", "json", "--no-html", "--fail-on", "op:^aten::mm>+10%"
+    )
+    assert proc.returncode == 1 and proc.stdout.startswith("FAIL op:^aten::mm>+10%: aten::mm [[8, 64], [64, 32]]")
+    ops = rows(out / "diff.ops.json").set_index("key")
+    mm, add = ops.loc["aten::mm [[8, 64], [64, 32]]"], ops.loc["aten::add [[8, 64], [64, 32]]"]
+    assert mm["delta_frac"] == pytest.approx(0.2, abs=0.002)
+    assert add["delta_ns"] == 0 and add["base_ns"] == pytest.approx(8 * 2 * 20_000, rel=0.03)
+    every = rows(out / "diff.all.json")
+    assert set(every.loc[every["scope"] == "kernel", "status"]) == {"new", "removed"}  # no kernel name matched
+    same = run_cli("diff", str(a), str(a), "-o", str(tmp_path / "same"), "--format", "json", "--no-html")
+    assert same.returncode == 0 and not (tmp_path / "same" / "diff.ops.json").exists()  # kernels match: no op level
