@@ -62,6 +62,7 @@ class Measures:
     values: pd.DataFrame
     instances: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     instance_kind: dict[str, str] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # what is not a measure: a sweep's cell statuses
 
 
 def normalize_kernel_names(names: pd.Series, categories: pd.Series, options: frozenset[str] = frozenset()) -> pd.Series:
@@ -226,6 +227,48 @@ def matched_share(compared: pd.DataFrame) -> float:
     return min(shares, default=1.0)
 
 
+SWEEP_PHASES = ("forward", "backward", "optimizer", "step_wall")  # as the harness times them
+
+
+def cell_label(spec: dict, size: str | None) -> str:
+    """One sweep cell: ``xl ctx512 train bf16``."""
+    return f"{size} ctx{spec.get('ctx')} {spec.get('mode')} {spec.get('precision')}"
+
+
+def measure_sweep(runs: list[dict], size_of) -> tuple[Measures, pd.DataFrame]:
+    """The phase times of a sweep's cells (run.json dicts; ``size_of(spec)`` names the size column) and
+    each cell's status.
+
+    Rows scope "cell", key "<cell> <phase>", value the mean ns of the timed steps without profiler;
+    instances the timed steps (``times_ms``). A cell recorded twice keeps its first run with times.
+    Returns the measures and a table cell, status (ok, oom, error).
+    """
+    keys, values, status = [], [], {}
+    out = Measures(pd.DataFrame())
+    for run in runs:
+        spec = run.get("spec") or {}
+        cell = cell_label(spec, size_of(spec))
+        times = (run.get("unprofiled") or {}).get("times_ms") or {}
+        if cell in status and not times:
+            continue
+        status[cell] = run.get("status", "?")
+        for phase in SWEEP_PHASES:
+            steps = [t for t in times.get(phase) or () if isinstance(t, int | float)]
+            if steps and (cell, phase) not in out.instances:
+                out.instances[("cell", f"{cell} {phase}")] = np.asarray(steps, float) * 1e6
+                keys.append(f"{cell} {phase}")
+                values.append(float(np.mean(steps)) * 1e6)
+    out.values = _rows("cell", keys, values, "ns")
+    out.instance_kind["cell"] = "timed steps"
+    return out, pd.DataFrame({"cell": list(status), "status": list(status.values())})
+
+
+def status_changes(base: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """Sweep cells whose status differs (ok -> oom...), or that only one sweep has ("absent" on the other)."""
+    both = base.merge(new, on="cell", how="outer", suffixes=("_base", "_new")).fillna("absent")
+    return both[both["status_base"] != both["status_new"]].reset_index(drop=True)
+
+
 def measure_snapshot(analysis) -> Measures:
     """The measures of one ``analyze.memory.MemoryAnalysis``: peaks, and what is live at the allocated peak
     by category and by source line (top frame)."""
@@ -375,14 +418,15 @@ METRICS = {
     "phase": ("phase", None),
     "range": ("range", None),
     "op": ("op", None),
+    "cell": ("cell", None),
 }
 RULE_PATTERN = re.compile(r"^(?P<metric>.+?)(?P<op>[<>])(?P<value>[+-]?\d+(?:\.\d+)?)(?P<unit>%|[A-Za-z]+)$")
 RULE_GRAMMAR = """RULE is METRIC OP LIMIT, no spaces around OP:
   METRIC  step | gpu_busy | kernel_time | memop_time | peak_allocated | peak_reserved
-          | category:NAME | kernel:REGEX | phase:REGEX | range:REGEX | op:REGEX
+          | category:NAME | kernel:REGEX | phase:REGEX | range:REGEX | op:REGEX | cell:REGEX
   OP      > (fails when the change is above LIMIT) or < (below LIMIT)
   LIMIT   signed number and unit: % (relative) or ns us ms s (time) or B KB MB GB KiB MiB GiB (bytes)
-kernel:/phase:/range:/op: REGEX is searched in the (normalized) names; the kernels it matches are summed.
+kernel:/phase:/range:/op:/cell: REGEX is searched in the (normalized) names; the kernels it matches are summed.
 A rule fails when the change passes LIMIT and is significant (its 95% interval excludes zero); with
 one instance a side there is no interval and the change itself is compared (the line says so).
 Examples: 'step>+3%'  'category:gemm>+5%'  'kernel:^triton_poi>+10%'  'peak_allocated>+1GiB'  'gpu_busy>+2ms'"""

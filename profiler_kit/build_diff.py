@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyze.diff import RESAMPLES, Measures, combine, measure_ops, measure_snapshot, measure_trace
+from analyze.diff import (
+    RESAMPLES,
+    Measures,
+    combine,
+    measure_ops,
+    measure_snapshot,
+    measure_sweep,
+    measure_trace,
+)
 from analyze.errors import InputError
 from profiler_kit.report import Report, Section, Table
 
@@ -33,7 +41,13 @@ def load_side(
     from analyze.memory import analyze_snapshot
     from analyze.memory_snapshot import read_memory_snapshot
     from analyze.sources import TRACE_KINDS, discover, read_trace
+    from profiler_kit.build_sweep import find_run_dirs, load_runs, run_size
 
+    run_dirs = find_run_dirs([path])
+    if run_dirs and Path(path).is_dir():  # a sweep (or record) folder: its cells' timings, not its traces
+        side, status = measure_sweep(load_runs(run_dirs), run_size)
+        side.extra["status"] = status
+        return side, [str(path)]
     sources = discover([path])
     traces = [s for s in sources if s.kind in TRACE_KINDS]
     snapshots = [s for s in sources if s.kind == "memory-snapshot"]
@@ -143,10 +157,12 @@ def build_diff_report(
     top: int = 15,
     threshold: float = 0.02,
     everything: bool = False,
+    statuses: pd.DataFrame | None = None,
 ) -> Report:
     """The diff report: summary, categories, kernels, phases, ranges, memory and the gate's verdicts.
 
     ``everything`` adds the whole compared table (every scope and key, every column): for CSV/JSON.
+    ``statuses``: sweep cells whose status changed (``analyze.diff.status_changes``).
     """
     rep = Report(
         "profiler-kit diff",
@@ -159,6 +175,20 @@ def build_diff_report(
             *findings(compared, threshold),
         ],
     )
+    cells = _scope(compared, "cell")
+    if len(cells) or statuses is not None:
+        sec = Section("Sweep cells")
+        if statuses is not None:
+            sec.tables.append(Table("Cells whose status changed (OOM, error, absent)", statuses, key="cell_status"))
+        sec.tables.append(
+            Table(
+                "Phase times per cell",
+                _view(cells, "ns"),
+                key="cells",
+                note="Mean of the timed steps without profiler (run.json); each step an instance.",
+            )
+        )
+        rep.sections.append(sec)
     summary = Section("Summary")
     times = _scope(compared, "summary", "step")
     summary.tables.append(Table("Times", _view(times[times["unit"] == "ns"], "ns"), key="summary"))
@@ -274,6 +304,38 @@ def _kernel_section(kernels: pd.DataFrame, top: int) -> Section:
             Table(f"Kernels {title} ({len(rows)})", _view(rows.head(top), "ns", frac=False), key=f"kernels_{status}")
         )
     return sec
+
+
+def run_diff(
+    base: str,
+    new: str,
+    rules: list | None = None,
+    options: frozenset[str] = frozenset(),
+    ops: bool | None = None,
+    threshold: float = 0.02,
+    top: int = 15,
+    everything: bool = False,
+    cache: bool = False,
+) -> tuple[Report, pd.DataFrame | None]:
+    """Measure, compare and gate two sides: the report and the rules' verdicts (None without rules).
+
+    ``ops`` None: the op level only when kernels matched by name hold under half of a side's kernel time.
+    """
+    from analyze.diff import compare, evaluate_rules, matched_share, status_changes
+
+    base_side, base_files = load_side(base, options, cache=cache, ops=bool(ops))
+    new_side, new_files = load_side(new, options, cache=cache, ops=bool(ops))
+    compared = compare(base_side, new_side, threshold)
+    if ops is None and matched_share(compared) < 0.5:  # kernels do not match: compare the ops that launched them
+        base_side, _ = load_side(base, options, cache=cache, ops=True)
+        new_side, _ = load_side(new, options, cache=cache, ops=True)
+        compared = compare(base_side, new_side, threshold)
+    statuses = None
+    if "status" in base_side.extra and "status" in new_side.extra:
+        statuses = status_changes(base_side.extra["status"], new_side.extra["status"])
+    verdicts = evaluate_rules(rules, base_side, new_side, compared) if rules else None
+    rep = build_diff_report(base_files, new_files, compared, verdicts, top, threshold, everything, statuses)
+    return rep, verdicts
 
 
 def gate_lines(verdicts: pd.DataFrame) -> list[str]:

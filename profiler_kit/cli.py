@@ -615,22 +615,21 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
             prefetch_uncached(Path(path), cache=not no_cache)
     keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
     with importing():
-        from analyze.diff import compare, evaluate_rules, matched_share, parse_rule
-        from profiler_kit.build_diff import build_diff_report, gate_lines, load_side
+        from analyze.diff import parse_rule
+        from profiler_kit.build_diff import gate_lines, run_diff
         from profiler_kit.output import render_report_files, write_files
 
     rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
-    options = frozenset({"gemm_tiles"} if fold_gemm_tiles else ())
-    base_side, base_files = load_side(base, options, cache=not no_cache, ops=bool(ops))
-    new_side, new_files = load_side(new, options, cache=not no_cache, ops=bool(ops))
-    compared = compare(base_side, new_side, threshold / 100)
-    if ops is None and matched_share(compared) < 0.5:  # kernels do not match: compare the ops that launched them
-        base_side, _ = load_side(base, options, cache=not no_cache, ops=True)
-        new_side, _ = load_side(new, options, cache=not no_cache, ops=True)
-        compared = compare(base_side, new_side, threshold / 100)
-    verdicts = evaluate_rules(rules, base_side, new_side, compared) if rules else None
-    rep = build_diff_report(
-        base_files, new_files, compared, verdicts, top=top, threshold=threshold / 100, everything=fmt != "md"
+    rep, verdicts = run_diff(
+        base,
+        new,
+        rules,
+        frozenset({"gemm_tiles"} if fold_gemm_tiles else ()),
+        ops=ops,
+        threshold=threshold / 100,
+        top=top,
+        everything=fmt != "md",
+        cache=not no_cache,
     )
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or Path("reports") / "diff", files))

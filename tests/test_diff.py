@@ -390,3 +390,57 @@ def test_runs_whose_kernels_differ_compare_per_op(tmp_path):
     assert set(every.loc[every["scope"] == "kernel", "status"]) == {"new", "removed"}  # no kernel name matched
     same = run_cli("diff", str(a), str(a), "-o", str(tmp_path / "same"), "--format", "json", "--no-html")
     assert same.returncode == 0 and not (tmp_path / "same" / "diff.ops.json").exists()  # kernels match: no op level
+
+
+def sweep_folder(root: Path, slower: float = 1.0, oom: bool = False) -> Path:
+    """Two cells (small ctx128/ctx256 train fp32) of a sweep, 10 timed steps each, jittered by up to 2%."""
+    rng = np.random.default_rng(3)
+    for ctx in (128, 256):
+        base_ms = {"forward": 10.0, "backward": 20.0, "optimizer": 5.0}
+        times = {p: [v * ctx / 128 * (1 + rng.uniform(-0.02, 0.02)) for _ in range(10)] for p, v in base_ms.items()}
+        if ctx == 128:
+            times["backward"] = [t * slower for t in times["backward"]]
+        times["step_wall"] = [sum(v) for v in zip(*times.values(), strict=True)]
+        run_id = f"small_ctx{ctx}_train_fp32"
+        meta = {
+            "run_id": run_id,
+            "status": "ok",
+            "spec": {"size": "small", "ctx": ctx, "mode": "train", "precision": "fp32"},
+        }
+        meta["unprofiled"] = {
+            "phases": {p: {"n": 10, "mean": float(np.mean(v))} for p, v in times.items()},
+            "times_ms": times,
+        }
+        if oom and ctx == 256:
+            meta = {**meta, "status": "oom", "unprofiled": None}
+        (root / run_id).mkdir(parents=True)
+        (root / run_id / "run.json").write_text(json.dumps(meta))
+    return root
+
+
+def test_two_sweep_folders(tmp_path):
+    a = sweep_folder(tmp_path / "a")
+    b = sweep_folder(tmp_path / "b", slower=1.2, oom=True)
+    out = tmp_path / "out"
+    proc = run_cli(
+        "diff",
+        str(a),
+        str(b),
+        "-o",
+        str(out),
+        "--format",
+        "json",
+        "--no-html",
+        "--fail-on",
+        "cell:ctx128.*step_wall>+5%",
+    )
+    assert proc.returncode == 1 and proc.stdout.startswith("FAIL cell:ctx128.*step_wall>+5%"), proc.stderr
+    status = rows(out / "diff.cell_status.json")
+    assert status.to_dict("records") == [{"cell": "small ctx256 train fp32", "status_base": "ok", "status_new": "oom"}]
+    cells = rows(out / "diff.all.json").query("scope == 'cell'").set_index("key")
+    backward = cells.loc["small ctx128 train fp32 backward"]
+    assert backward["significant"] and backward["change_frac"] == pytest.approx(0.2, abs=0.01)
+    assert not cells.loc["small ctx128 train fp32 forward", "significant"]
+    assert cells.loc["small ctx256 train fp32 forward", "status"] == "removed"  # no times on the OOM side
+    same = run_cli("diff", str(a), str(a), "-o", str(tmp_path / "same"), "--no-html", "--fail-on", "cell:.>+1%")
+    assert same.returncode == 0, same.stdout + same.stderr
