@@ -20,7 +20,8 @@ from analyze.diff import (
     measure_trace,
 )
 from analyze.errors import InputError
-from profiler_kit.report import Report, Section, Table
+from profiler_kit.render.units import compact_names
+from profiler_kit.report import Figure, Report, Section, Table
 
 # The analysis tables a diff measures (analyze_trace skips the per-pair kernel tables a report shows).
 DIFF_TABLES = ("summary", "kernels", "categories", "ops", "attributed", "range_groups", "phases")
@@ -93,7 +94,7 @@ def _view(df: pd.DataFrame, unit: str, frac: bool = True) -> pd.DataFrame:
     keep = ["key", "category", "status", "base", "new", "delta"]
     if unit != "frac":
         keep.append("delta_frac")
-    if frac:
+    if frac and ((df["base_instances"] >= 2) & (df["new_instances"] >= 2)).any():  # else no noise estimate to show
         keep += ["base_instances", "new_instances", "change_frac", "ci_low_frac", "ci_high_frac", "significant"]
     out = df[keep].rename(columns=cols)
     if not (out["category"].astype(str) != "").any() or (out["category"] == out["key"]).all():
@@ -200,6 +201,16 @@ def build_diff_report(
     summary.tables.append(
         Table("GPU time by category", _view(cats, "ns"), key="categories", note="Kernels plus memcpy/memset.")
     )
+    if len(cats):
+        summary.figures.append(
+            Figure(
+                "Change of GPU time by category",
+                cats[["key", "delta"]].rename(columns={"delta": "delta_ns"}),
+                "bar",
+                "key",
+                "delta_ns",
+            )
+        )
     rep.sections.append(summary)
     rep.sections.append(_kernel_section(_scope(compared, "kernel"), top))
     phases = _scope(compared, "phase", "phase_wall")
@@ -294,6 +305,14 @@ def _kernel_section(kernels: pd.DataFrame, top: int) -> Section:
     sec.tables.append(
         Table(f"Top {len(worse)} regressions by absolute time", _view(worse, "ns"), key="kernel_regressions")
     )
+    moved = _by_size(kernels[kernels["delta"] != 0], top)
+    if len(moved):
+        shown = pd.DataFrame(
+            {"kernel": compact_names(moved["key"].tolist(), 60), "delta_ns": moved["delta"].to_numpy()}
+        )
+        sec.figures.append(
+            Figure(f"Top {len(moved)} kernel changes by |delta|", shown, "bar", "kernel", "delta_ns", orientation="h")
+        )
     sec.tables.append(
         Table(f"Top {len(better)} improvements by absolute time", _view(better, "ns"), key="kernel_improvements")
     )

@@ -282,8 +282,10 @@ def test_cli_gate_exit_codes(pair, tmp_path):
     out = ["-o", str(tmp_path / "out"), "--no-html"]
     same = run_cli("diff", base, base, *out, "--fail-on", "step>+3%", "--fail-on", "category:gemm>+5%")
     assert same.returncode == 0 and same.stdout == "", same.stderr
-    worse = run_cli("diff", base, slow, *out, "--fail-on", "category:gemm>+5%", "--fail-on", "kernel:64x64>+30%")
+    html = ["-o", str(tmp_path / "html")]  # with the charts
+    worse = run_cli("diff", base, slow, *html, "--fail-on", "category:gemm>+5%", "--fail-on", "kernel:64x64>+30%")
     assert worse.returncode == 1, worse.stderr
+    assert (tmp_path / "html" / "diff.html").exists() or "plotly is not installed" in worse.stderr
     (line,) = worse.stdout.splitlines()  # one line per broken rule: the kernel rule holds
     assert line.startswith("FAIL category:gemm>+5%: gemm changed +13.")
     passes = run_cli("diff", base, slow, *out, "--fail-on", "category:gemm>+15%")
@@ -444,3 +446,29 @@ def test_two_sweep_folders(tmp_path):
     assert cells.loc["small ctx256 train fp32 forward", "status"] == "removed"  # no times on the OOM side
     same = run_cli("diff", str(a), str(a), "-o", str(tmp_path / "same"), "--no-html", "--fail-on", "cell:.>+1%")
     assert same.returncode == 0, same.stdout + same.stderr
+
+
+MEM = SHARED_DATA / "mem_snapshot"
+FORWARD_128 = MEM / "LINYUNLinYun__CS336-assignment2-systems__xl_ctx128_forward_none.pickle"
+STEP_512 = MEM / "LINYUNLinYun__CS336-assignment2-systems__xl_ctx512_full_step_bf16.pickle"
+
+
+@pytest.mark.skipif(not (FORWARD_128.exists() and STEP_512.exists()), reason="../shared/data absent")
+def test_real_snapshot_pair_matches_the_memory_command(tmp_path):
+    """XL forward at ctx 128 against a full bf16 step at ctx 512 (checked by hand once, frozen here)."""
+    d = run_cli("diff", str(FORWARD_128), str(STEP_512), "-o", str(tmp_path / "d"), "--format", "json", "--no-html")
+    m = run_cli("memory", str(FORWARD_128), str(STEP_512), "-o", str(tmp_path / "m"), "--format", "json", "--no-html")
+    assert d.returncode == 0 and m.returncode == 0, d.stderr + m.stderr
+    peaks = rows(tmp_path / "d" / "diff.memory_peaks.json").set_index("key")
+    ref = rows(tmp_path / "m" / "memory.memory_comparison.json")
+    assert peaks.loc["peak_allocated", ["base_bytes", "new_bytes"]].tolist() == ref["peak_allocated_bytes"].tolist()
+    assert peaks.loc["peak_reserved", ["base_bytes", "new_bytes"]].tolist() == ref["peak_reserved_bytes"].tolist()
+    assert ref["peak_allocated_bytes"].tolist() == [19384430592, 68417112576]  # frozen
+    cats = rows(tmp_path / "d" / "diff.memory_categories.json").set_index("key")
+    # the full step holds gradients and optimizer state at its peak; the forward pass neither
+    assert cats.loc["gradients", "status"] == "new" and cats.loc["gradients", "new_bytes"] == 13610156032
+    assert cats.loc["optimizer state", "new_bytes"] == 13627959296
+    gate = run_cli("diff", str(FORWARD_128), str(STEP_512), "-o", str(tmp_path / "g"), "--no-html",
+                   "--fail-on", "peak_allocated>+45GiB", "--fail-on", "peak_allocated>+46GiB")  # fmt: skip
+    assert gate.returncode == 1 and gate.stdout.splitlines()[0].startswith("FAIL peak_allocated>+45GiB")
+    assert len(gate.stdout.splitlines()) == 1  # +45.66 GiB: the 46 GiB rule holds
