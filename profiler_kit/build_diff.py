@@ -130,6 +130,12 @@ def findings(compared: pd.DataFrame, threshold: float) -> list[str]:
             "No noise estimate is possible: each side has one instance of every value (no repeated steps, "
             "phases or files), so no change below is called significant; the gate compares the changes themselves."
         )
+    step = compared[(compared["scope"] == "step") & (compared["key"] == "step_wall")]
+    if len(step) and step["base_instances"].iloc[0] != step["new_instances"].iloc[0]:
+        out.append(
+            f"The step counts differ ({step['base_instances'].iloc[0]} vs {step['new_instances'].iloc[0]}): "
+            "totals (delta) differ for that reason alone; change_frac compares the means per step."
+        )
     sig = compared[compared["significant"]]
     out.append(
         f"{len(sig)} significant change(s) (95% interval excludes zero and |change| > {100 * threshold:g}%) "

@@ -472,3 +472,17 @@ def test_real_snapshot_pair_matches_the_memory_command(tmp_path):
                    "--fail-on", "peak_allocated>+45GiB", "--fail-on", "peak_allocated>+46GiB")  # fmt: skip
     assert gate.returncode == 1 and gate.stdout.splitlines()[0].startswith("FAIL peak_allocated>+45GiB")
     assert len(gate.stdout.splitlines()) == 1  # +45.66 GiB: the 46 GiB rule holds
+
+
+def test_different_step_counts_compare_per_step(tmp_path):
+    base, new = (
+        measures(kineto_trace(tmp_path / "a.json", steps=6)),
+        measures(kineto_trace(tmp_path / "b.json", steps=12)),
+    )
+    compared = compare(base, new).set_index(["scope", "key"])
+    gemm = compared.loc[("category", "gemm")]
+    assert gemm["delta_frac"] == pytest.approx(1.0, abs=0.02)  # twice the steps, twice the total
+    assert abs(gemm["change_frac"]) < 0.02 and not gemm["significant"]  # the same per step
+    from profiler_kit.build_diff import findings
+
+    assert any("step counts differ (6 vs 12)" in line for line in findings(compared.reset_index(), 0.02))
