@@ -20,6 +20,7 @@ import pandas as pd
 from analyze.breakdown import PROJECTED_COLUMNS, gemm_vs_elementwise, range_name_codes, summarize_ranges
 from analyze.errors import InputError
 from analyze.projection import positions, project_nvtx, range_label_codes, sum_by
+from analyze.taxonomy import CATEGORIES
 
 # Ranges that are one training step each: "step", "train_step 3", "ProfilerStep#12", "iteration 4".
 STEP_PATTERN = re.compile(
@@ -155,7 +156,8 @@ def _step_instances(out: Measures, nvtx, tables, steps: np.ndarray, kernels: pd.
     step_of_op = np.full(len(ops), -1, dtype=np.int64)
     step_of_op[attributed["op_row"].to_numpy()[inside]] = pos[inside]  # a step nested in a step: the later one
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
-    counted = (step_of_op >= 0) & is_kernel
+    in_step = step_of_op >= 0
+    counted = in_step & is_kernel
     duration = ops["duration_ns"].to_numpy()
 
     def per_step(codes: np.ndarray, labels, scope: str, rows: np.ndarray) -> None:
@@ -173,7 +175,8 @@ def _step_instances(out: Measures, nvtx, tables, steps: np.ndarray, kernels: pd.
     code_map = np.append(name_keys.codes, -1)
     per_step(code_map[names.codes[rows]], name_keys.categories, "kernel", rows)
     cats = pd.Categorical(ops["category"])
-    per_step(cats.codes[rows], cats.categories, "category", rows)
+    all_rows = np.flatnonzero(in_step)  # categories count memcpy/memset too, as summarize_categories
+    per_step(cats.codes[all_rows], cats.categories, "category", all_rows)
     out.instances[("summary", "kernel_time")] = sum_by(step_of_op[rows], duration[rows], n_steps).astype(float)
     # ranges: every (range, op) pair whose op ran in a step, per grouped range name
     range_codes, range_names = range_name_codes(nvtx, group_emit_nvtx=True)
@@ -419,14 +422,17 @@ METRICS = {
     "range": ("range", None),
     "op": ("op", None),
     "cell": ("cell", None),
+    "memory_category": ("memory_category", None),
+    "memory_line": ("memory_line", None),
 }
 RULE_PATTERN = re.compile(r"^(?P<metric>.+?)(?P<op>[<>])(?P<value>[+-]?\d+(?:\.\d+)?)(?P<unit>%|[A-Za-z]+)$")
 RULE_GRAMMAR = """RULE is METRIC OP LIMIT, no spaces around OP:
   METRIC  step | gpu_busy | kernel_time | memop_time | peak_allocated | peak_reserved
           | category:NAME | kernel:REGEX | phase:REGEX | range:REGEX | op:REGEX | cell:REGEX
+          | memory_category:REGEX | memory_line:REGEX
   OP      > (fails when the change is above LIMIT) or < (below LIMIT)
   LIMIT   signed number and unit: % (relative) or ns us ms s (time) or B KB MB GB KiB MiB GiB (bytes)
-kernel:/phase:/range:/op:/cell: REGEX is searched in the (normalized) names; the kernels it matches are summed.
+A REGEX is searched in the (normalized) names of its kind; what it matches is summed.
 A rule fails when the change passes LIMIT and is significant (its 95% interval excludes zero); with
 one instance a side there is no interval and the change itself is compared (the line says so).
 Examples: 'step>+3%'  'category:gemm>+5%'  'kernel:^triton_poi>+10%'  'peak_allocated>+1GiB'  'gpu_busy>+2ms'"""
@@ -457,11 +463,14 @@ def parse_rule(text: str) -> Rule:
         raise InputError(f"--fail-on {text!r}: unknown metric {metric!r} (one of {known})")
     scope, key = METRICS[name]
     kind, scale = UNITS[unit]
-    if kind == "bytes" and scope != "memory" or kind == "ns" and scope == "memory":
+    in_bytes = scope.startswith("memory")
+    if kind == "bytes" and not in_bytes or kind == "ns" and in_bytes:
         raise InputError(f"--fail-on {text!r}: {unit} does not measure {name}")
     pattern = None
     if key is None:
         if name == "category":
+            if arg not in CATEGORIES:
+                raise InputError(f"--fail-on {text!r}: unknown category {arg!r} (one of {', '.join(CATEGORIES)})")
             key = arg
         else:
             try:

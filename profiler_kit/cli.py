@@ -633,6 +633,8 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     )
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     echo_written(write_files(out_dir or Path("reports") / "diff", files))
+    for line in verdicts.loc[verdicts["metric"] == "", "line"] if verdicts is not None else ():
+        click.echo(f"Warning: --fail-on {line}", err=True)  # a regex that matched no name checks nothing
     broken = gate_lines(verdicts) if verdicts is not None else []
     for line in broken:
         click.echo(line)

@@ -229,7 +229,7 @@ def test_several_files_a_side_are_instances(tmp_path):
 @pytest.mark.parametrize(
     "rule",
     ["step", "step>3", "step>+3 %", "kernel>+3%", "category>+5%", "kernel:(>+1%", "peak_allocated>+1ms",
-     "step>+1GiB", "bogus>+1%", "step=+3%", "kernel:>+1%"],
+     "step>+1GiB", "bogus>+1%", "step=+3%", "kernel:>+1%", "category:gem>+5%"],
 )  # fmt: skip
 def test_malformed_rules_are_input_errors(rule):
     with pytest.raises(InputError, match="--fail-on"):
@@ -472,6 +472,9 @@ def test_real_snapshot_pair_matches_the_memory_command(tmp_path):
                    "--fail-on", "peak_allocated>+45GiB", "--fail-on", "peak_allocated>+46GiB")  # fmt: skip
     assert gate.returncode == 1 and gate.stdout.splitlines()[0].startswith("FAIL peak_allocated>+45GiB")
     assert len(gate.stdout.splitlines()) == 1  # +45.66 GiB: the 46 GiB rule holds
+    grads = run_cli("diff", str(FORWARD_128), str(STEP_512), "-o", str(tmp_path / "g"), "--no-html",
+                    "--fail-on", "memory_category:^grad>+12GiB", "--fail-on", "memory_line:silu<-1GiB")  # fmt: skip
+    assert [line.split(":")[0] for line in grads.stdout.splitlines()] == ["FAIL memory_category", "FAIL memory_line"]
 
 
 def test_different_step_counts_compare_per_step(tmp_path):
