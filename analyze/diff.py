@@ -134,6 +134,8 @@ def measure_trace(
         _rows("phase_wall", phases["range"], phases["cpu_avg_ns"], "ns"),
         _rows("range", ranges["range"], ranges["kernel_time_ns"], "ns"),
     ]
+    if cats.set_index("category")["count"].get("communication", 0):
+        parts.append(_communication(tables["ops"]))
     out = Measures(pd.DataFrame())
     steps = step_rows(nvtx)
     if len(steps):
@@ -145,6 +147,18 @@ def measure_trace(
     _phase_instances(out, nvtx, tables)
     out.values = pd.concat(parts, ignore_index=True)
     return out
+
+
+def _communication(ops: pd.DataFrame) -> pd.DataFrame:
+    """Summary rows of communication kernels, summed over ranks (``summarize_rank_time``): their time (union),
+    the part not hidden under compute, and the hidden share."""
+    from analyze.ranks import summarize_rank_time
+
+    ranks = summarize_rank_time(ops[ops["is_kernel"].to_numpy(dtype=bool)])
+    comm, exposed = ranks["comm_ns"].sum(), ranks["exposed_comm_ns"].sum()
+    rows = _rows("summary", ["communication", "exposed_communication", "comm_hidden_frac"], [comm, exposed, 0], "ns")
+    rows.loc[2, ["value", "unit"]] = [(comm - exposed) / comm if comm else np.nan, "frac"]
+    return rows
 
 
 def _step_instances(out: Measures, nvtx, tables, steps: np.ndarray, kernels: pd.DataFrame) -> None:

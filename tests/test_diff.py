@@ -489,3 +489,23 @@ def test_different_step_counts_compare_per_step(tmp_path):
     from profiler_kit.build_diff import findings
 
     assert any("step counts differ (6 vs 12)" in line for line in findings(compared.reset_index(), 0.02))
+
+
+DDP = SHARED_DATA / "nsys_sqlite" / "lizhieffe__assignment2-systems__ddp53_profile.sqlite"
+
+
+@pytest.mark.skipif(not DDP.exists(), reason="../shared/data absent")
+def test_communication_rows_of_a_two_rank_export():
+    """Two ranks' NCCL time summed as the ddp report's per-rank table gives it (frozen: checked by hand once)."""
+    from analyze.ranks import summarize_rank_time
+
+    trace = read_trace(Source(DDP, "nsys-sqlite"), details=False)
+    tables = analyze_trace(trace, DIFF_TABLES)
+    m = measure_trace(trace.nvtx, tables)
+    values = m.values.set_index(["scope", "key"])["value"]
+    ops = tables["ops"]
+    ranks = summarize_rank_time(ops[ops["is_kernel"].to_numpy(dtype=bool)])
+    assert values[("summary", "communication")] == ranks["comm_ns"].sum() == 253402977
+    assert values[("summary", "exposed_communication")] == ranks["exposed_comm_ns"].sum() == 229338087
+    compared = compare(m, m)
+    assert (compared["delta"] == 0).all() and not compared["significant"].any()
