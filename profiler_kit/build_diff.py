@@ -44,17 +44,19 @@ def load_side(
     from analyze.sources import TRACE_KINDS, discover, read_trace
     from profiler_kit.build_sweep import find_run_dirs, load_runs, run_size
 
-    run_dirs = find_run_dirs([path])
-    if run_dirs and Path(path).is_dir():  # a sweep (or record) folder: its cells' timings, not its traces
-        side, status = measure_sweep(load_runs(run_dirs), run_size)
-        side.extra["status"] = status
-        return side, [str(path)]
-    sources = discover([path])
+    parts, files = [], []
+    run_dirs = find_run_dirs([path]) if Path(path).is_dir() else []
+    if run_dirs:  # a sweep or record folder: its cells' timed steps (run.json)
+        sweep, status = measure_sweep(load_runs(run_dirs), run_size)
+        sweep.extra["status"] = status
+        parts.append(sweep)
+        files.append(str(path))
+    # one run's folder (record): its trace and snapshot too; a sweep's traces are other cells, not repeats
+    sources = discover([path]) if len(run_dirs) <= 1 else []
     traces = [s for s in sources if s.kind in TRACE_KINDS]
     snapshots = [s for s in sources if s.kind == "memory-snapshot"]
-    if not traces and not snapshots:
-        raise InputError(f"{path}: no traces or memory snapshots found")
-    parts = []
+    if not traces and not snapshots and not parts:
+        raise InputError(f"{path}: no traces, memory snapshots or run.json found")
     if traces:
         measured = []
         for src in traces:
@@ -68,14 +70,14 @@ def load_side(
     if snapshots:
         parts.append(combine([measure_snapshot(analyze_snapshot(read_memory_snapshot(s.path))) for s in snapshots]))
     side = parts[0]
-    if len(parts) == 2:
-        other = parts[1]
+    for other in parts[1:]:
         side = Measures(
             pd.concat([side.values, other.values], ignore_index=True),
             side.instances | other.instances,
             side.instance_kind | other.instance_kind,
+            side.extra | other.extra,
         )
-    return side, [str(s.path) for s in traces + snapshots]
+    return side, files + [str(s.path) for s in traces + snapshots]
 
 
 def _op_rows(path: Path, trace, ops: pd.DataFrame) -> pd.DataFrame:
