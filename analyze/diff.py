@@ -5,7 +5,7 @@ Pure analyses: DataFrames in, DataFrames out. A side is measured once (``measure
 report shows for it (kernel and category totals, range kernel time, phase time per
 instance...) and, where the side has several instances (steps, phase instances, or
 several files), the value per instance. ``compare`` joins two sides and gives each delta
-a 95% bootstrap interval over those instances; ``parse_rule``/``evaluate_rules`` are the
+a 95% interval over those instances (bootstrap, or Welch's t with few instances); ``parse_rule``/``evaluate_rules`` are the
 ``--fail-on`` gate. Times are ns, sizes bytes, changes fractions (``*_frac``).
 """
 
@@ -343,6 +343,42 @@ def bootstrap(base: np.ndarray, new: np.ndarray, seed: int = SEED) -> tuple[floa
     return float(lo), float(hi), float(rlo), float(rhi)
 
 
+MIN_BOOTSTRAP = 8  # fewer instances on a side: a percentile bootstrap's interval is too narrow, Welch's t is used
+# Student's t, 97.5% quantile, by degrees of freedom 1..30 (beyond: the next rows of the usual table, rounded up)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def t975(df: float) -> float:
+    """The 97.5% quantile of Student's t at ``df`` degrees of freedom, rounded down (a wider interval)."""
+    if df < 1:
+        return T975[0]
+    if df <= 30:
+        return T975[int(df) - 1]
+    return 2.042 if df < 40 else 2.021 if df < 60 else 2.000 if df < 120 else 1.980
+
+
+def welch(base: np.ndarray, new: np.ndarray) -> tuple[float, float, float, float]:
+    """95% Welch t interval of mean(new) - mean(base), and that interval over mean(base) (NaN when it is 0)."""
+    nb, nn = len(base), len(new)
+    vb, vn = np.var(base, ddof=1) / nb, np.var(new, ddof=1) / nn
+    se = np.sqrt(vb + vn)
+    df = (vb + vn) ** 2 / (vb**2 / (nb - 1) + vn**2 / (nn - 1)) if se > 0 else np.inf
+    d = float(np.mean(new) - np.mean(base))
+    lo, hi = d - t975(df) * se, d + t975(df) * se
+    mb = float(np.mean(base))
+    return float(lo), float(hi), (lo / mb if mb else np.nan), (hi / mb if mb else np.nan)
+
+
+def interval(base: np.ndarray, new: np.ndarray) -> tuple[float, float, float, float, str]:
+    """The 95% interval of a change (``bootstrap`` with MIN_BOOTSTRAP instances a side or more, else
+    ``welch``) and the method's name."""
+    base, new = np.asarray(base, float), np.asarray(new, float)
+    if min(len(base), len(new)) >= MIN_BOOTSTRAP:
+        return (*bootstrap(base, new), "bootstrap")
+    return (*welch(base, new), "Welch t")
+
+
 COMPARE_COLUMNS = [
     "scope", "key", "category", "unit", "status", "base", "new", "delta", "delta_frac",
     "base_instances", "new_instances", "base_mean", "new_mean", "change_frac",
@@ -356,7 +392,7 @@ def compare(base: Measures, new: Measures, threshold: float = DEFAULT_THRESHOLD)
     ``status``: matched, new (only in NEW) or removed (only in BASE). ``delta``/``delta_frac``
     compare the values (0 for a missing side). Where both sides have at least two instances of
     the key, ``base_mean``/``new_mean`` are the means per instance, ``change_frac`` their relative
-    change and ``ci_*`` the 95% bootstrap intervals (``bootstrap``) of the difference and the
+    change and ``ci_*`` the 95% intervals (``interval``: bootstrap or Welch t) of the difference and the
     relative change; ``significant`` when the interval excludes zero and ``|change_frac|`` exceeds
     ``threshold``. Otherwise ``change_frac`` is ``delta_frac``, ``significant`` False and ``noise``
     says why no estimate is possible.
@@ -398,11 +434,11 @@ def _noise(base: Measures, new: Measures, key, in_b: bool, in_n: bool, delta_fra
         out["noise"] = f"no noise estimate: {max(nb, 1)} vs {max(nn, 1)} instances (two a side needed)"
         return out
     mb, mn = float(np.mean(xb)), float(np.mean(xn))
-    lo, hi, rlo, rhi = bootstrap(np.asarray(xb, float), np.asarray(xn, float))
+    lo, hi, rlo, rhi, method = interval(xb, xn)
     change = mn / mb - 1 if mb else (np.inf if mn > 0 else (0.0 if mn == 0 else -np.inf))
     kind = new.instance_kind.get(scope) or base.instance_kind.get(scope) or "instances"
     out |= {"base_mean": mb, "new_mean": mn, "change_frac": change, "ci_low": lo, "ci_high": hi}
-    out |= {"ci_low_frac": rlo, "ci_high_frac": rhi, "noise": f"bootstrap over {kind}, {nb} vs {nn}"}
+    out |= {"ci_low_frac": rlo, "ci_high_frac": rhi, "noise": f"{method} over {kind}, {nb} vs {nn}"}
     out["significant"] = bool((lo > 0 or hi < 0) and abs(change) > threshold)
     return out
 
@@ -508,7 +544,7 @@ def evaluate_rules(rules: list[Rule], base: Measures, new: Measures, compared: p
         lo = hi = np.nan
         noise = "no noise estimate (one instance a side): the change itself is compared"
         if xb is not None and xn is not None and len(xb) >= 2 and len(xn) >= 2:
-            alo, ahi, rlo, rhi = bootstrap(xb, xn)
+            alo, ahi, rlo, rhi, _ = interval(xb, xn)
             lo, hi = (rlo, rhi) if rule.unit == "frac" else (alo, ahi)
             change = (
                 (np.mean(xn) / np.mean(xb) - 1 if np.mean(xb) else np.nan)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from analyze.diff import (
+    MIN_BOOTSTRAP,
     RESAMPLES,
     Measures,
     combine,
@@ -118,7 +119,8 @@ def _by_size(df: pd.DataFrame, top: int) -> pd.DataFrame:
 NOISE_TEXT = (
     f"Noise: where both sides have two or more instances of a value (steps, phase instances, or several "
     f"files a side), change_frac is the relative change of the mean per instance and ci_low/ci_high its 95% "
-    f"percentile bootstrap interval ({RESAMPLES} resamples of each side's instances, fixed seed). A change is "
+    f"interval: a percentile bootstrap ({RESAMPLES} resamples of each side's instances, fixed seed) with "
+    f"{MIN_BOOTSTRAP} or more instances a side, else Welch's t interval (the noise column says which). A change is "
     "significant when the interval excludes zero and |change| exceeds the threshold."
 )
 

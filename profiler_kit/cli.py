@@ -598,8 +598,10 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     snapshot (.pickle), or a folder of them: several files a side (repeated runs)
     are compared by their mean, each file an instance. Kernels are matched by
     name (Inductor suffixes folded); categories, phases, NVTX ranges and memory
-    peaks are compared too. Each delta gets a 95% bootstrap interval over the
-    side's instances (steps, phase instances or files); with one instance a side
+    peaks are compared too. Each delta gets a 95% interval over the side's
+    instances (steps, phase instances or files): a percentile bootstrap (fixed
+    seed) with 8 or more a side, else Welch's t. A change is significant when its
+    interval excludes zero and it exceeds --threshold; with one instance a side
     the report says that no noise estimate is possible.
 
     Exit codes: 0 no rule broken, 1 a --fail-on rule broken (one line each on

@@ -509,3 +509,18 @@ def test_communication_rows_of_a_two_rank_export():
     assert values[("summary", "exposed_communication")] == ranks["exposed_comm_ns"].sum() == 229338087
     compared = compare(m, m)
     assert (compared["delta"] == 0).all() and not compared["significant"].any()
+
+
+def test_welch_interval_against_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    from analyze.diff import interval, t975, welch
+
+    assert [t975(df) for df in range(1, 31)] == pytest.approx([stats.t.ppf(0.975, df) for df in range(1, 31)], abs=1e-3)
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(100, 3, 4), rng.normal(106, 1, 5)
+    lo, hi, rlo, rhi = welch(a, b)
+    ref = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    assert lo <= ref.low and hi >= ref.high  # df rounded down: never narrower than scipy's
+    assert hi - lo == pytest.approx(ref.high - ref.low, rel=0.1)
+    assert interval(a, b)[4] == "Welch t" and interval(rng.normal(0, 1, 8), rng.normal(0, 1, 9))[4] == "bootstrap"
+    assert welch(np.ones(3), np.ones(3))[:2] == (0.0, 0.0)  # no spread, no change: not significant
