@@ -354,6 +354,9 @@ def run_diff(
 
     base_side, base_files = load_side(base, options, cache=cache, ops=bool(ops))
     new_side, new_files = load_side(new, options, cache=cache, ops=bool(ops))
+    scopes = set(base_side.values["scope"]) & set(new_side.values["scope"])
+    if not scopes:
+        raise InputError(f"{base} and {new} have nothing in common to compare (a trace against a memory snapshot?)")
     compared = compare(base_side, new_side, threshold)
     if ops is None and matched_share(compared) < 0.5:  # kernels do not match: compare the ops that launched them
         base_side, _ = load_side(base, options, cache=cache, ops=True)

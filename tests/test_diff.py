@@ -296,6 +296,9 @@ def test_cli_gate_exit_codes(pair, tmp_path):
     )
     missing = run_cli("diff", base, str(tmp_path / "nope.json"), *out)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    snapshot = write(tmp_path / "s.pickle", known_peak_snapshot())
+    unlike = run_cli("diff", base, str(snapshot), *out)
+    assert unlike.returncode == 2 and unlike.stderr.startswith("Error: ") and "nothing in common" in unlike.stderr
 
 
 def test_totals_of_each_side_equal_the_report(pair, tmp_path):
@@ -524,3 +527,24 @@ def test_welch_interval_against_scipy():
     assert hi - lo == pytest.approx(ref.high - ref.low, rel=0.1)
     assert interval(a, b)[4] == "Welch t" and interval(rng.normal(0, 1, 8), rng.normal(0, 1, 9))[4] == "bootstrap"
     assert welch(np.ones(3), np.ones(3))[:2] == (0.0, 0.0)  # no spread, no change: not significant
+
+
+def test_record_folders_compare_timed_steps_and_traces(tmp_path, pair):
+    """A folder of one run (record): its run.json's timed steps and its trace."""
+    for side, trace in zip("ab", pair, strict=True):
+        run = tmp_path / side / "small_ctx128_train_fp32"
+        run.mkdir(parents=True)
+        (run / "trace.json").write_bytes(trace.read_bytes())
+        times = {"step_wall": [1.0, 1.02, 0.99] if side == "a" else [1.2, 1.22, 1.19]}
+        spec = {"size": "small", "ctx": 128, "mode": "train", "precision": "fp32"}
+        (run / "run.json").write_text(json.dumps({"run_id": run.name, "status": "ok", "spec": spec,
+                                                  "unprofiled": {"times_ms": times}}))  # fmt: skip
+    a, b = (str(tmp_path / s / "small_ctx128_train_fp32") for s in "ab")
+    proc = run_cli("diff", a, b, "-o", str(tmp_path / "o"), "--format", "json", "--no-html",
+                   "--fail-on", "cell:step_wall>+10%", "--fail-on", "category:gemm>+5%")  # fmt: skip
+    assert proc.returncode == 1 and len(proc.stdout.splitlines()) == 2, proc.stdout + proc.stderr
+    every = rows(tmp_path / "o" / "diff.all.json").set_index(["scope", "key"])
+    assert every.loc[("cell", "small ctx128 train fp32 step_wall"), "noise"].startswith(
+        "Welch t over timed steps, 3 vs 3"
+    )
+    assert every.loc[("kernel", GEMM_BWD), "significant"]
