@@ -570,8 +570,8 @@ class DiffCommand(click.Command):
 
 
 @cli.command(cls=DiffCommand)
-@click.argument("base", type=click.Path(exists=True, path_type=str))
-@click.argument("new", type=click.Path(exists=True, path_type=str))
+@click.argument("base", type=click.Path(path_type=str))
+@click.argument("new", type=click.Path(path_type=str))
 @output_options("diff")
 @click.option(
     "--fail-on", "fail_on", multiple=True, metavar="RULE", help="Exit 1 when a significant change breaks RULE (below)."
