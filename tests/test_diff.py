@@ -296,7 +296,8 @@ def test_cli_gate_exit_codes(pair, tmp_path):
     )
     missing = run_cli("diff", base, str(tmp_path / "nope.json"), *out)
     assert missing.returncode == 2 and missing.stderr.startswith("Error: ") and len(missing.stderr.splitlines()) == 1
-    assert not (tmp_path / "out" / "diff.md").exists() or same.returncode == 0  # nothing written by a failed run
+    assert run_cli("diff", base, "nope.json", "-o", str(tmp_path / "fresh")).returncode == 2
+    assert not (tmp_path / "fresh").exists()  # nothing written by a failed run
     snapshot = write(tmp_path / "s.pickle", known_peak_snapshot())
     unlike = run_cli("diff", base, str(snapshot), *out)
     assert unlike.returncode == 2 and unlike.stderr.startswith("Error: ") and "nothing in common" in unlike.stderr
