@@ -34,11 +34,12 @@ KERNEL_COLUMNS = (
      "blockX", "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory"),
 )  # fmt: skip
 RUNTIME_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
-# What the breakdowns use (details=False): no launch shapes, registers, shared memory, streams or API
-# names, and one kernel name (KERNEL_NAME). Each column of a million kernels costs ~0.05 s.
+# What the breakdowns use (details=False): no launch shapes, registers, shared memory or streams, and one
+# kernel name (KERNEL_NAME). Each column of a million kernels costs ~0.05 s. The runtime calls' API
+# names (nameId) are read for the report's CUDA API summary.
 KERNEL_LEAN_COLUMNS = (("start", "end"), ("deviceId", "correlationId", "globalPid"))
 KERNEL_NAME = {"nameId": ("demangledName", "shortName")}  # the demangled name where recorded, else the short one
-RUNTIME_LEAN_COLUMNS = (("start", "end"), ("globalTid", "correlationId"))
+RUNTIME_LEAN_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
 MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMOP_TABLES = {"CUPTI_ACTIVITY_KIND_MEMCPY": MEMCPY_COLUMNS, "CUPTI_ACTIVITY_KIND_MEMSET": MEMSET_COLUMNS}

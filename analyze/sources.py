@@ -1,12 +1,14 @@
 """Find profile files under the paths a user gives, and read each with its reader.
 
 File kinds are recognised by suffix (a data table, first match wins); JSON
-files found while walking a directory are read only when they look like PyTorch
-profiler traces, so result files and metadata sidecars beside them are skipped.
+files found while walking a directory are read only when they look like traces
+(TRACE_JSON_HINTS), so result files and metadata sidecars beside them are left
+alone, while a trace the reader refuses is reported as skipped, not dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,12 +27,47 @@ SOURCE_RULES = (  # suffix, kind; first match wins
 )
 TRACE_KINDS = ("nsys-report", "nsys-sqlite", "kineto")
 METADATA_NAMES = ("run.json",)
+# What makes a JSON file found in a folder a trace to read (any one of them). A sidecar or result file has
+# none; a trace with one of them that the reader then refuses (cut short, Chrome's array format) is a
+# skipped input with its reason, not silently dropped.
+TRACE_JSON_HINTS = (
+    ("name", ".json.gz"),  # every .json.gz the tools here write or read is a trace
+    ("name", ".pt.trace.json"),  # torch.profiler's tensorboard_trace_handler names
+    ("head", b'"traceEvents"'),  # Kineto's object format
+    ("head", b'"schemaVersion"'),
+    ("head", b'"ph"'),  # Chrome's array of events: [{"ph": "X", ...}, ...]
+)
+SNIFF_BYTES = 4096
+# What reading or analysing one bad file may raise; a batch lists the file and goes on.
+READ_ERRORS = (InputError, OSError, MemoryError, RecursionError)
 
 
 @dataclass(frozen=True)
 class Source:
     path: Path
     kind: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An input left out of a report, and why: a row of its "Skipped inputs" table."""
+
+    path: str
+    reason: str
+
+    @classmethod
+    def of(cls, path: str | Path, err: BaseException) -> Skipped:
+        """The row for ``path`` from the error its reading raised (the message without the path it starts with)."""
+        if isinstance(err, InputError):
+            reason = str(err).removeprefix(f"{path}: ")
+        elif isinstance(err, OSError):
+            reason = err.strerror or str(err)
+        else:
+            reason = f"too large or too deeply nested to read ({type(err).__name__})"
+        return cls(str(path), reason)
+
+
+Skip = Callable[[Path, BaseException], None]  # takes an input that cannot be read, and the error
 
 
 def kind_of(path: Path) -> str | None:
@@ -40,29 +77,51 @@ def kind_of(path: Path) -> str | None:
 
 
 def _is_trace_json(path: Path) -> bool:
+    """Does a JSON file found in a folder claim to be a trace (TRACE_JSON_HINTS)? Never raises."""
     from analyze.kineto import looks_like_kineto
 
-    return looks_like_kineto(path)
+    name = path.name.lower()
+    if any(name.endswith(hint) for where, hint in TRACE_JSON_HINTS if where == "name"):
+        return True
+    if looks_like_kineto(path):  # reads far enough into a gzipped trace to see its keys
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    return any(hint in head for where, hint in TRACE_JSON_HINTS if where == "head")
 
 
-def discover(paths: list[str | Path]) -> list[Source]:
+def _raise(path: Path, err: BaseException) -> None:
+    raise err
+
+
+def discover(paths: list[str | Path], skip: Skip | None = None) -> list[Source]:
     """Every profile file named or found (recursively) under ``paths``, sorted per argument.
 
-    A named file of unknown kind, or a missing path, is an InputError. Inside
-    directories, unknown files, metadata sidecars, reports whose .sqlite export
-    sits beside them, and JSON that is not a trace are skipped.
+    A named file of unknown kind, or a missing path, is an InputError, or with
+    ``skip`` given, handed to it and left out. Inside directories, unknown files,
+    metadata sidecars, reports whose .sqlite export sits beside them, and JSON
+    that is not a trace are passed over without a word.
     """
+    skip = skip or _raise
     found: list[Source] = []
     for raw in paths:
         path = Path(raw)
         if not path.exists():
-            raise InputError(f"{path}: no such file or directory")
+            skip(path, InputError(f"{path}: no such file or directory"))
+            continue
         if path.is_file():
             kind = kind_of(path)
             if kind is None:
-                raise InputError(
-                    f"{path}: unknown file type (expected .sqlite, .nsys-rep, .qdrep, .json[.gz] or .pickle)"
+                skip(
+                    path,
+                    InputError(
+                        f"{path}: unknown file type (expected .sqlite, .nsys-rep, .qdrep, .json[.gz] or .pickle)"
+                    ),
                 )
+                continue
             found.append(Source(path, kind))
             continue
         for sub in sorted(p for p in path.rglob("*") if p.is_file()):

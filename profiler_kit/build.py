@@ -108,7 +108,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
     sec.tables.append(Table("Summary", summary, key=f"{res.label}_summary"))
     if t["summary"].iloc[0]["kernels"]:
         kern = t["kernels"].head(top)[
-            ["kernel", "category", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "share_frac"]
+            ["kernel", "category", "count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns", "share_frac"]
         ]
         sec.tables.append(Table(f"Top {len(kern)} kernels by GPU time", kern, key=f"{res.label}_top_kernels"))
         cats = t["categories"][t["categories"]["count"] > 0]
@@ -140,8 +140,29 @@ def trace_section(res: TraceResult, top: int) -> Section:
                 key=f"{res.label}_top_kernels",
             )
         )
+    memops = t.get("memops")
+    if memops is not None and len(memops):
+        sec.tables.append(
+            Table(
+                "Memory operations",
+                memops,
+                note="memcpy by direction and memset, as nsys stats gpumemtimesum (time) and gpumemsizesum (bytes); "
+                "bandwidth is total bytes over total time; std is the sample standard deviation.",
+                key=f"{res.label}_memops",
+            )
+        )
+    api = t.get("api")
+    if api is not None and len(api):
+        sec.tables.append(
+            Table(
+                f"Top {min(top, len(api))} CUDA API functions by CPU time",
+                api.head(top),
+                note="Runtime and driver calls on the CPU, as nsys stats cudaapisum; share is of all API call time.",
+                key=f"{res.label}_api",
+            )
+        )
     ranges = t["ranges"]
-    if len(ranges):
+    if ranges["range"].notna().any():
         sec.sections.append(ranges_section(res, top))
     if "ranks" in t and len(t["ranks"]) > 1:
         sec.sections.append(ranks_section(res))
@@ -175,6 +196,8 @@ def ranges_section(res: TraceResult, top: int) -> Section:
         "instances",
         "cpu_total_ns",
         "cpu_avg_ns",
+        "cpu_med_ns",
+        "cpu_std_ns",
         "projected_instances",
         "gpu_span_avg_ns",
         "kernels",
@@ -185,30 +208,42 @@ def ranges_section(res: TraceResult, top: int) -> Section:
     no_launches = summary["kernels"] > 0 and summary.get("launched_ops", -1) == 0
     folded = group_numbered_ranges(ranges)
     if no_launches:  # nothing could be projected: blank GPU columns say "unknown", zeros would say "none"
-        folded = folded.assign(
+        folded = folded[folded["range"].notna()].assign(
             **{c: np.nan for c in ["projected_instances", "gpu_span_avg_ns", "kernels", "kernel_time_ns"]}
         )
-    n_names = len(res.tables["ranges"])
-    grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != len(ranges) else ""
+    n_names = int(res.tables["ranges"]["range"].notna().sum())
+    named = ranges["range"].notna().to_numpy()
+    grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != named.sum() else ""
+    outside = ranges[~named]
     numbered = folded[folded["members"] > 1]
     fold_text = (
         [
-            f"{int(numbered['members'].sum())} names that differ only in a number are shown as {len(numbered)} row{'s' * (len(numbered) > 1)} "
-            f"({', '.join(numbered['range'].head(3))}{', ...' if len(numbered) > 3 else ''}): their totals summed, "
-            "with the smallest, median and largest CPU total of their members."
+            f"{int(numbered['members'].sum())} names that differ only in a number are shown as {len(numbered)} "
+            f"row{'s' * (len(numbered) > 1)} ({', '.join(numbered['range'].head(3))}"
+            f"{', ...' if len(numbered) > 3 else ''}): their totals summed, with the smallest, median and largest CPU "
+            "total of their members."
         ]
         if len(numbered)
         else []
     )
-    shown = [*cols, *(SPREAD_COLUMNS if len(numbered) else []), *frac_cols]
     sec = Section(
         "NVTX ranges",
         text=[
-            f"{len(ranges)} distinct range names{grouped}, {int(ranges['instances'].sum())} instances. "
-            "CPU time is the range's own duration; GPU span runs from the first to the last GPU operation launched inside it; "
-            "kernel time sums the kernels launched inside it on the range's thread (nested ranges count a kernel under every "
-            "enclosing range, as nsys does).",
+            f"{int(named.sum())} distinct range names{grouped}, {int(ranges['instances'].sum())} instances. "
+            "CPU time is the range's own duration (median and sample standard deviation as nsys stats nvtxsum); GPU "
+            "span runs from the first to the last GPU operation launched inside it; kernels and kernel time count the "
+            "kernels launched inside it on the range's thread, each once per range name (a kernel counts under every "
+            "enclosing range of other names, as nsys nvtxkernsum counts it).",
             *fold_text,
+            *(
+                [
+                    f"The row without a name holds the {int(outside['kernels'].iloc[0])} kernels "
+                    f"({outside['kernel_time_ns'].iloc[0] / 1e6:.3f} ms) launched outside every range, as nvtxkernsum's "
+                    "unnamed range."
+                ]
+                if len(outside) and not no_launches
+                else []
+            ),
             *(
                 [
                     "This trace records no CUDA runtime calls, so no GPU operation can be tied to a range: "
@@ -219,13 +254,11 @@ def ranges_section(res: TraceResult, top: int) -> Section:
             ),
         ],
     )
-    sec.tables.append(
-        Table(
-            "Ranges by CPU time",
-            folded.head(max(top * 2, 30))[shown],
-            key=f"{res.label}_ranges",
-        )
-    )
+    rows = max(top * 2, 30)
+    unnamed = folded["range"].isna().to_numpy()
+    table = folded[(folded.index < rows - 1) | unnamed] if unnamed[rows:].any() else folded.head(rows)
+    shown = [*cols, *(SPREAD_COLUMNS if len(numbered) else []), *frac_cols]
+    sec.tables.append(Table("Ranges by CPU time", table[shown], key=f"{res.label}_ranges"))
     inside = kernels_inside_ranges(res, ranges) if not no_launches else pd.DataFrame()
     if len(inside):
         sec.tables.append(
@@ -248,7 +281,7 @@ def ranges_section(res: TraceResult, top: int) -> Section:
 def kernels_inside_ranges(res: TraceResult, ranges: pd.DataFrame) -> pd.DataFrame:
     """Rows of range_group_kernels: the costliest kernels of the non-phase ranges with the most kernel time."""
     phases = set(res.tables["phases"]["range"])
-    busiest = ranges[(ranges["kernels"] > 0) & ~ranges["range"].isin(phases)]
+    busiest = ranges[(ranges["kernels"] > 0) & ~ranges["range"].isin(phases) & ranges["range"].notna()]
     names = busiest.sort_values("kernel_time_ns", ascending=False, kind="stable")["range"].head(RANGES_WITH_KERNELS)
     per_range = res.tables["range_group_kernels"].groupby("range", observed=True, sort=False)
     parts = [per_range.get_group(n).head(KERNELS_PER_RANGE) for n in names if n in per_range.groups]
@@ -361,17 +394,41 @@ def comparison_section(results: list[TraceResult]) -> Section:
     return sec
 
 
+def skipped_section(skipped) -> Section:
+    """The inputs a report leaves out (``analyze.sources.Skipped`` rows), first, so no reader misses them."""
+    rows = pd.DataFrame([(s.path, s.reason) for s in skipped], columns=["input", "reason"])
+    return Section(
+        "Skipped inputs",
+        text=[f"{len(rows)} input(s) could not be read; nothing below comes from them."],
+        tables=[
+            Table(
+                "Skipped inputs",
+                rows,
+                note="Long reasons are cut here; the lines on stderr and --format csv/json give them whole.",
+                key="skipped_inputs",
+            )
+        ],
+    )
+
+
 def build_report(
-    results: list[TraceResult], title: str = "profiler-kit report", top: int = 15, extra: list[Section] | None = None
+    results: list[TraceResult],
+    title: str = "profiler-kit report",
+    top: int = 15,
+    extra: list[Section] | None = None,
+    skipped=(),
 ) -> Report:
-    """The report over one or several analysed traces (plus any extra sections)."""
+    """The report over one or several analysed traces (plus any extra sections, and the inputs ``skipped``)."""
     report = Report(
         title,
         text=[
-            f"{len(results)} trace(s). Times in ms unless noted; shares in %. Kernel totals and NVTX projections follow "
-            "nsys stats (gpukernsum, nvtxsum, nvtxkernsum, nvtxgpuproj) definitions."
+            f"{len(results)} trace(s). Times in ms unless noted; shares in %. Kernel totals, NVTX projections, CUDA API "
+            "calls and memory operations follow nsys stats (gpukernsum, nvtxsum, nvtxkernsum, nvtxgpuproj, cudaapisum, "
+            "gpumemtimesum, gpumemsizesum) definitions; std is the sample standard deviation, as theirs."
         ],
     )
+    if skipped:
+        report.sections.append(skipped_section(skipped))
     if len(results) > 1:
         report.sections.append(comparison_section(results))
     report.sections.extend(trace_section(r, top) for r in results)
@@ -392,21 +449,29 @@ def label_for(path, roots) -> str:
     return path.name
 
 
-def analyze_sources(sources, roots, on_each=None, cache: bool = False) -> list[TraceResult]:
+def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
     ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
+    ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
+    (``analyze.sources.READ_ERRORS``); without it the first such error is raised.
     """
     from analyze.breakdown import analyze_trace
     from analyze.projection import distinct_values
     from analyze.ranks import summarize_rank_time
-    from analyze.sources import read_trace
+    from analyze.sources import READ_ERRORS, read_trace
     from analyze.tables import one_value_view
 
     results = []
     for src in sources:
-        trace = read_trace(src, details=False, cache=cache, runtime_later=True)
-        tables = analyze_trace(trace, REPORT_TABLES)
+        try:
+            trace = read_trace(src, details=False, cache=cache, runtime_later=True)
+            tables = analyze_trace(trace, REPORT_TABLES)
+        except READ_ERRORS as err:
+            if skip is None:
+                raise
+            skip(src.path, err)
+            continue
         ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
         pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)

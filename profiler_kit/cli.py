@@ -2,74 +2,110 @@
 
 Every command opens its inputs, calls one library function and writes the
 result. Bad input raises ``analyze.InputError``, shown as one line on stderr
-with exit code 2.
+with exit code 2; output that cannot be written is one line and exit code 3,
+Ctrl-C one line and 130 (EXIT_CODES). With several inputs, ``report`` and
+``memory`` list each one they cannot read and report the rest (exit code 1).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
 import os
 import sys
-import threading
 from pathlib import Path
 
-# A report reads each big array once or twice, so 2 MB pages buy it nothing, and asking for them (numpy's
-# default) can make each first touch wait for the kernel to compact memory. On a 2-core VM a cached report
-# of 1.1M kernels took 1.37-1.73 s with them and 1.26-1.43 s without (six runs each, alternating).
-# Set before numpy is imported; a value the user set wins.
-os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-# The same for Arrow's buffers (the NVTX text, string columns): pyarrow's default mimalloc pool asks for 2 MB pages
-# and zeroes each whole page at its first touch, 3% of a big report's CPU samples. With the system allocator a
-# report of 1.1M kernels took 1.16 s against 1.24 (medians of 16 alternating runs, 12 of 16 pairs faster).
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+from profiler_kit import process
+from profiler_kit.process import importing
 
+process.tune_environment()  # before numpy and pyarrow are imported: profiler_kit/process.py
 
-@contextlib.contextmanager
-def importing():
-    """Import without the cyclic garbage collector, then freeze what was imported.
+try:
+    with importing():
+        import click
 
-    Imports build hundreds of thousands of long-lived objects and little garbage, so collector passes
-    over them are wasted: they cost a cached report of 1.1M kernels about 0.1 s (1.27 -> 1.15 s,
-    medians of seven alternating runs on a 2-core VM). Later passes skip the frozen objects too;
-    the collector stays on for the work itself.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
+        from analyze.errors import InputError
+except KeyboardInterrupt:  # Ctrl-C while the command starts: the line and exit code of later (Interrupted)
+    sys.stderr.write("Error: interrupted (Ctrl-C)\n")
+    raise SystemExit(130) from None
 
-
-with importing():
-    import click
-
-    from analyze.errors import InputError
-    from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
-
-REPORT_KEPT_BYTES = 1 << 30  # a report's freed memory stays with it until it exits
+SKIPPED, BAD_INPUT, CANNOT_WRITE, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
+EXIT_CODES = f"""\b
+Exit status:
+  0    every input was reported
+  {SKIPPED}    some inputs could not be read: listed on stderr and in the report
+  {BAD_INPUT}    no input could be read, bad usage, or (--strict) a bad input
+  {CANNOT_WRITE}    the output could not be written (not a folder, read-only, full)
+  {INTERRUPTED}  interrupted (Ctrl-C); no file is left half-written"""
 
 
 class BadInput(click.ClickException):
     """An InputError as click shows it: ``Error: <message>``, exit code 2."""
 
-    exit_code = 2
+    exit_code = BAD_INPUT
 
 
-class Group(click.Group):
-    """Turns library InputErrors (and unreadable files) into one-line errors."""
+class CannotWrite(click.ClickException):
+    """Output that cannot be written (an OutputError, standard output): ``Error: <message>``, exit code 3."""
+
+    exit_code = CANNOT_WRITE
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line instead of click's "Aborted!" (exit 1), exit code 130 as a shell gives a killed command."""
+
+    exit_code = INTERRUPTED
+
+    def __init__(self):
+        super().__init__("interrupted (Ctrl-C)")
+
+
+def caused_by_ctrl_c(err: BaseException) -> bool:
+    """Did Ctrl-C set off ``err``? A reader's cleanup can fail while a KeyboardInterrupt passes through it
+    (the SQLite driver: "cannot close, exported pointers exist"), and its error must not hide the Ctrl-C."""
+    stack, seen = [err], set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        stack += [e.__cause__, e.__context__]
+    return False
+
+
+class Parsing:
+    """Parsing the command line, --help and --version: Ctrl-C, and their output to a closed pipe or a full
+    disk, end as they do in the commands (one line, documented exit code)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            with writing_stdout():
+                return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+
+
+class Command(Parsing, click.Command):
+    """A command of the group (see Parsing)."""
+
+
+class Group(Parsing, click.Group):
+    """Turns library InputErrors (and unreadable files) and Ctrl-C into one-line errors."""
+
+    command_class = Command
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except InputError as err:
-            raise BadInput(str(err)) from None
-        except (MemoryError, RecursionError) as err:
+        except (InputError, MemoryError, RecursionError) as err:
+            if caused_by_ctrl_c(err):
+                raise Interrupted() from None
+            if isinstance(err, InputError):
+                raise BadInput(str(err)) from None
             raise BadInput(f"input too large or too deeply nested to read: {type(err).__name__}") from None
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -82,28 +118,26 @@ def cli():
     markdown reports with interactive HTML charts.
 
     Example: profiler-kit report examples/ -o reports/example
+
+    Exit status: 0 done; 1 some inputs skipped (report and memory, listed on
+    stderr); 2 bad input or usage; 3 output not written; 130 Ctrl-C; 141 the
+    reader of standard output went away (| head), quietly.
     """
 
 
 def main() -> None:
-    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit.
+    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit."""
+    process.run_and_exit(_cli_or_interrupted)
 
-    Tearing down the interpreter's modules and objects took 25 ms of a big report's 1.2 s; leaving with
-    ``os._exit`` once the exit handlers have run (the early reader's child reaped) takes 11. With another
-    thread still alive (a pool's idle worker, a cache write) the usual exit waits for it instead.
-    """
+
+def _cli_or_interrupted() -> None:
+    """The CLI; Ctrl-C outside a command (click's own handling would say "Aborted!") is one line and exit 130."""
     try:
         cli(prog_name="profiler-kit")
-        code = 0
-    except SystemExit as done:
-        code = done.code
-    if threading.active_count() > 1 or not isinstance(code, int | None):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that closed the pipe, a stream closed already
-            stream.flush()
-    os._exit(code or 0)
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError, ValueError):
+            click.echo(f"Error: {Interrupted().message}", err=True)
+        raise SystemExit(INTERRUPTED) from None
 
 
 def progress(items, label: str):
@@ -119,6 +153,126 @@ def echo_written(paths: list[Path]) -> None:
         click.echo(f"wrote {p}", err=True)
 
 
+def writable(out_dir: Path) -> Path:
+    """``out_dir`` if a report can be written there (checked before the work, one line and exit 3 if not)."""
+    from profiler_kit.output import OutputError, check_out_dir
+
+    try:
+        return check_out_dir(out_dir)
+    except OutputError as err:
+        raise CannotWrite(str(err)) from None
+
+
+def write_report(out_dir: Path, files: dict[str, str | bytes]) -> None:
+    """Write the files all or nothing (``output.write_files``) and say where; one line and exit 3 if that fails."""
+    from profiler_kit.output import OutputError, write_files
+
+    try:
+        echo_written(write_files(out_dir, files))
+    except OutputError as err:
+        raise CannotWrite(str(err)) from None
+
+
+@contextlib.contextmanager
+def writing_stdout():
+    """Around writes to standard output: a reader that went away (``| head``) ends the command quietly with
+    exit code 141; any other failure (a full disk) is one line and exit code 3, never a traceback."""
+    try:
+        yield
+    except OSError as err:
+        with contextlib.suppress(OSError, ValueError):  # what is still buffered goes nowhere, not to a traceback
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        if isinstance(err, BrokenPipeError):
+            raise click.exceptions.Exit(CLOSED_PIPE) from None
+        raise CannotWrite(f"cannot write to standard output: {err.strerror or err}") from None
+
+
+def plain_stem(ctx, param, value: str) -> str:
+    """--stem: a plain file-name stem, so every output file lands in the output folder."""
+    if value in ("", ".", "..") or any(sep and sep in value for sep in ("/", os.sep, os.altsep, "\0")):
+        raise BadInput(f"--stem {value!r}: give a plain file name without '/' (like 'report'); -o picks the folder")
+    return value
+
+
+class Skips:
+    """Inputs a batch cannot read: each said in one line on stderr, listed in the report, and counted.
+
+    Strict (--strict, or a single input): the first one is the command's error instead (exit 2).
+    """
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.skipped = []
+
+    def __call__(self, path: Path, err: BaseException) -> None:
+        from analyze.sources import Skipped
+
+        if caused_by_ctrl_c(err):
+            raise KeyboardInterrupt
+        if self.strict:
+            if isinstance(err, OSError):
+                raise InputError(f"{path}: {err.strerror or err}") from None
+            raise err
+        row = Skipped.of(path, err)
+        self.skipped.append(row)
+        click.echo(f"skipped {row.path}: {row.reason}", err=True)
+
+    def nothing_read(self) -> InputError:
+        """The error when every input was skipped."""
+        return InputError(f"no input could be read ({len(self.skipped)} skipped, each listed above)")
+
+    def finish(self) -> None:
+        """Exit code 1 when inputs were skipped (the report of the others is written)."""
+        if self.skipped:
+            click.echo(f"{len(self.skipped)} input(s) skipped (listed above and in the report)", err=True)
+            raise click.exceptions.Exit(SKIPPED)
+
+
+def with_exit_codes(fn):
+    """Ends the command's help with EXIT_CODES (put it under the other decorators)."""
+    fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + "\n".join("    " + line for line in EXIT_CODES.splitlines()) + "\n"
+    return fn
+
+
+RUN_TRACES = ("trace.json.gz", "trace.sqlite")  # what build_sweep.read_run_trace reads in a record folder
+
+
+def readable_runs(run_dirs: list[Path], skips: Skips) -> list[Path]:
+    """The record folders the sweep tables can use: run.json readable (else a skipped input) and the trace
+    not skipped already (the sweep tables read both again; a run whose trace failed is left out of them)."""
+    from analyze.sources import READ_ERRORS
+    from profiler_kit.build_sweep import load_runs
+
+    failed = {Path(s.path).parent for s in skips.skipped if Path(s.path).name in RUN_TRACES}
+    keep = []
+    for d in run_dirs:
+        if d in failed:
+            continue
+        try:
+            load_runs([d])
+        except READ_ERRORS as err:
+            skips(d / "run.json", err)
+            continue
+        keep.append(d)
+    return keep
+
+
+def strict_option(fn):
+    """--strict: stop at the first input that cannot be read."""
+    return click.option(
+        "--strict",
+        is_flag=True,
+        help="Stop at the first input that cannot be read (exit 2) instead of listing it and going on.",
+    )(fn)
+
+
+def single_file(paths) -> bool:
+    """One file named: its error is the command's (one Error line, exit 2), as with --strict."""
+    return len(paths) == 1 and not Path(paths[0]).is_dir()
+
+
 def output_options(default_stem: str):
     """The flags every report-writing command shares."""
 
@@ -128,7 +282,7 @@ def output_options(default_stem: str):
             "--output",
             "--out",
             "out_dir",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=click.Path(path_type=Path),
             default=None,
             help="Folder for the output files [default: a folder under reports/ named for the input].",
         )(fn)
@@ -144,7 +298,13 @@ def output_options(default_stem: str):
         fn = click.option("--top", type=click.IntRange(1), default=15, show_default=True, help="Rows in top-N tables.")(
             fn
         )
-        fn = click.option("--stem", default=default_stem, show_default=True, help="Base name of the output files.")(fn)
+        fn = click.option(
+            "--stem",
+            default=default_stem,
+            show_default=True,
+            callback=plain_stem,
+            help="Base name of the output files (a plain file name).",
+        )(fn)
         return fn
 
     return wrap
@@ -179,7 +339,9 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
     is_flag=True,
     help="Neither read nor write the Arrow copy of a big export (.<name>.profiler-kit-cache/ beside it).",
 )
-def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
+@strict_option
+@with_exit_codes
+def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
     PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
@@ -193,123 +355,226 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache):
     Arrow copy of its tables in a hidden folder beside it, which makes the next
     report on the unchanged file faster (--no-cache: neither read nor write it).
 
+    A file that cannot be read (damaged, or an .nsys-rep too new for the
+    installed nsys) is said in one line on stderr and listed in a "Skipped
+    inputs" table; the others are reported. With a single input (named or
+    found), or --strict, it is an error instead.
+
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
-    # A report does no matrix products. numpy's OpenBLAS otherwise starts a thread per core at import, and
-    # each spins for a while: 2% of a big report's CPU time (perf samples), taken from the early reader on a
-    # 2-core machine. Set before numpy is imported; a value the user set wins.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    process.tune_report()  # before numpy is imported: profiler_kit/process.py
     if len(paths) == 1:  # one big export: its reading starts now, beside the imports below
         with importing():  # the early read imports numpy before it forks its reader
             from analyze.trace_cache import prefetch_uncached
 
             prefetch_uncached(Path(paths[0]), cache=not no_cache)
-    # Freed arrays are kept for the next ones, not faulted in afresh (analyze/heap.py): 7% fewer page faults
-    # and about 0.03 s less on a report of 1.1M kernels (14 alternating runs, 10 faster), 13 MiB more peak memory.
-    keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
     with importing():
         from analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report
         from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
-        from profiler_kit.output import render_report_files, write_files
+        from profiler_kit.output import render_report_files
 
-    sources = discover(list(paths))
+    out_dir = writable(out_dir or default_out_dir(paths))
+    skips = Skips(strict or single_file(paths))
+    sources = discover(list(paths), skip=skips)
+    skips.strict |= len(sources) == 1 and not skips.skipped  # one input found: its error is the command's
     traces = [s for s in sources if s.kind in TRACE_KINDS]
     snapshots = [s.path for s in sources if s.kind == "memory-snapshot"]
-    if not traces and not snapshots:
+    if not traces and not snapshots and not skips.skipped:
         raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
     with progress(traces, "Analysing") as bar:
-        results = analyze_sources(bar, paths, cache=not no_cache)
-    run_dirs = find_run_dirs(paths)
-    extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
+        results = analyze_sources(bar, paths, cache=not no_cache, skip=skips)
+    loaded = []
     if snapshots:
         from profiler_kit.build_memory import load_snapshots, memory_sections
 
-        extra += memory_sections(load_snapshots(snapshots), top=top)
-    rep = build_report(results, top=top, extra=extra)
+        loaded = load_snapshots(snapshots, skip=skips)
+    if not results and not loaded:
+        raise skips.nothing_read()
+    run_dirs = readable_runs(find_run_dirs(paths), skips)
+    extra = build_sweep_sections(run_dirs, roots=paths) if run_dirs else []
+    if loaded:
+        extra += memory_sections(loaded, top=top)
+    rep = build_report(results, top=top, extra=extra, skipped=skips.skipped)
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
-    echo_written(write_files(out_dir or default_out_dir(paths), files))
+    write_report(out_dir, files)
     if not no_cache:
         from analyze.trace_cache import finish_writes
 
         for folder in finish_writes():
             click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
+    skips.finish()
 
 
-def _one_trace(path: str):
+def _read_one(path: str, details: bool = False):
+    """The Trace of one trace file (``details``: launch shapes and short kernel names too)."""
     with importing():
-        from analyze.breakdown import analyze_trace
         from analyze.sources import Source, kind_of, read_trace
 
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
         raise InputError(f"{path}: not a trace file (.sqlite, .nsys-rep, .qdrep, .json[.gz])")
-    return analyze_trace(read_trace(Source(Path(path), kind), details=False))
+    return read_trace(Source(Path(path), kind), details=details)
+
+
+def _one_trace(path: str):
+    with importing():
+        from analyze.breakdown import analyze_trace
+
+    return analyze_trace(_read_one(path))
 
 
 def _print_table(df, fmt: str) -> None:
     from profiler_kit.render.markdown import render_table_md
 
-    if fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
-    elif fmt == "json":
-        click.echo(df.to_json(orient="records", indent=1))
-    else:
-        click.echo(render_table_md(df))
+    with writing_stdout():
+        if fmt == "csv":
+            click.echo(df.to_csv(index=False), nl=False)
+        elif fmt == "json":
+            click.echo(df.to_json(orient="records", indent=1))
+        else:
+            click.echo(render_table_md(df))
 
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
-def kernels(path, top, fmt):
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
+@click.option("--by-shape", is_flag=True, help="One row per kernel name, grid and block, as nsys gpukernsum.")
+@click.option(
+    "--base",
+    is_flag=True,
+    help="Group by the short (base) kernel name, as nsys gpukernsum:base (Kineto records one name: the same).",
+)
+def kernels(path, top, fmt, by_shape, base):
     """Print the kernels of one trace by total GPU time (like nsys gpukernsum).
 
-    Example: profiler-kit kernels run.sqlite --top 10
+    Count, total, average, median, minimum, maximum and (sample) standard deviation of
+    the launches' GPU time per demangled kernel name; --by-shape splits each name by
+    grid and block dimensions and --base groups by short names, as gpukernsum's
+    rows and its :base option.
+
+    Example: profiler-kit kernels run.sqlite --top 10 --by-shape
     """
-    _print_table(_one_trace(path)["kernels"].head(top), fmt)
+    if not (by_shape or base):
+        _print_table(_one_trace(path)["kernels"].head(top), fmt)
+        return
+    with importing():
+        from analyze.breakdown import summarize_kernel_shapes
+
+    trace = _read_one(path, details=True)
+    name = "name" if base else "demangled_name"
+    _print_table(summarize_kernel_shapes(trace.kernels, name=name, by_shape=by_shape, top=top), fmt)
 
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=30, show_default=True, help="Rows to print.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
 def nvtx(path, top, fmt):
-    """Print the NVTX ranges of one trace with their projected GPU time.
+    """Print the NVTX ranges of one trace with their CPU time and projected GPU time.
+
+    Per range name: instances and CPU time (total, average, median, minimum, maximum,
+    standard deviation, as nsys nvtxsum), the projected GPU span, and the distinct kernels
+    launched inside (each once per name, as nvtxkernsum) with their time by category.
+    A row with an empty name holds the kernels launched outside every range; it is
+    printed whatever --top.
 
     Example: profiler-kit nvtx run.sqlite --format csv
     """
-    _print_table(_one_trace(path)["ranges"].head(top), fmt)
+    ranges = _one_trace(path)["ranges"]
+    outside = ranges["range"].isna().to_numpy()
+    if outside[top:].any():  # the unnamed row (last by CPU time) replaces the last one shown
+        shown = ranges[(ranges.index < top - 1) | outside]
+    else:
+        shown = ranges.head(top)
+    _print_table(shown, fmt)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
+def api(path, top, fmt):
+    """Print the CUDA API calls (runtime and driver) of one trace by total CPU time (like nsys cudaapisum).
+
+    Per function: calls, total, average, median, minimum, maximum and (sample) standard
+    deviation of their duration, and the share of all API time. Kineto traces give their
+    cuda_runtime and cuda_driver events.
+
+    Example: profiler-kit api run.sqlite --top 10
+    """
+    with importing():
+        from analyze.api import summarize_api
+
+    table = summarize_api(_read_one(path).runtime, top=top)
+    if table.empty:
+        click.echo(f"{path}: no CUDA API calls recorded", err=True)
+    _print_table(table, fmt)
 
 
 @cli.command()
 @click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
 @output_options("memory")
-def memory(snapshots, out_dir, fmt, no_html, top, stem):
+@strict_option
+@with_exit_codes
+@click.option("--label", "labels", multiple=True, help="Name of each snapshot, in order (one per file found).")
+def memory(snapshots, out_dir, fmt, no_html, top, stem, strict, labels):
     """Explain peak GPU memory from torch.cuda.memory snapshots (.pickle, .pkl, .pickle.gz).
 
     Replays each snapshot's allocation trace: peak allocated and reserved and
     when, what is live at the peak by category, source line and size, the
     largest allocations, segments at dump time, and an interactive timeline.
     Several snapshots also get a comparison table (size, ctx, mode, precision
-    from file names or a run.json / <stem>.json beside the file). Directories
+    from a run.json / <stem>.json beside the file; names from --label, else
+    the run id there, else the file name). Directories
     are searched recursively. Snapshots are read without running code.
 
     Writes <stem>.md and <stem>.html (default stem "memory", default folder
     reports/memory); with --format csv/json, one <stem>.<table>.<fmt> per table.
+    A snapshot that cannot be read is said in one line on stderr and listed in
+    a "Skipped inputs" table; the others are reported. With a single
+    snapshot (named or found), or --strict, it is an error instead.
 
     Example: profiler-kit memory runs/xl_ctx512_full_step_bf16.pickle -o reports/mem
     """
     with importing():
         from profiler_kit.build_memory import build_memory_report, find_snapshots, load_snapshots
-        from profiler_kit.output import render_report_files, write_files
+        from profiler_kit.output import render_report_files
 
+    out_dir = writable(out_dir or Path("reports") / "memory")
     paths = find_snapshots(list(snapshots))
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
-    report = build_memory_report(load_snapshots(paths), top=top)
+    skips = Skips(strict or len(paths) == 1)  # one snapshot: its error is the command's
+    loaded = load_snapshots(paths, list(labels) or None, skip=skips)
+    if not loaded:
+        raise skips.nothing_read()
+    report = build_memory_report(loaded, top=top, skipped=skips.skipped)
     files = render_report_files(report, stem, fmt, html=charts_wanted(no_html))
-    echo_written(write_files(out_dir or Path("reports") / "memory", files))
+    write_report(out_dir, files)
+    skips.finish()
 
 
 RECORD_SIZES = ("tiny", "small", "medium", "large", "xl", "2.7B")
@@ -325,8 +590,20 @@ def _default_device() -> str:
 @click.argument("workload", metavar="WORKLOAD")
 @click.option("--ctx", type=click.IntRange(1), default=512, show_default=True, help="Context length (LM sizes).")
 @click.option("--batch", type=click.IntRange(1), default=None, help="Batch size [default: 4; attention 8].")
-@click.option("--mode", type=click.Choice(["forward", "forward_backward", "train"]), default="train", show_default=True)
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["forward", "forward_backward", "train"]),
+    default="train",
+    show_default=True,
+    help="What each step runs (train adds the optimizer).",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="fp32, or bf16/fp16 autocast.",
+)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
 @click.option(
     "--attention",
@@ -345,7 +622,13 @@ def _default_device() -> str:
 @click.option("--nproc", type=click.IntRange(1), default=2, show_default=True, help="ddp: processes.")
 @click.option("--sharded", is_flag=True, help="ddp: ZeRO-1 sharded optimizer.")
 @click.option("--ddp-size", default="small", show_default=True, help="ddp: model size.")
-@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="auto", show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nsys", "torch", "none"]),
+    default="auto",
+    show_default=True,
+    help="Profiler: nsys, the PyTorch profiler, none (timings only); auto picks nsys when it can trace.",
+)
 @click.option(
     "--memory",
     is_flag=True,
@@ -355,7 +638,14 @@ def _default_device() -> str:
 @click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps.")
 @click.option("--calibrate", is_flag=True, help="Measure this GPU's GEMM TFLOP/s and copy bandwidth first.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available, else cpu, said on stderr].")
-@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs"), show_default=True)
+@click.option(
+    "-o",
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("outputs"),
+    show_default=True,
+    help="Folder that gets outputs/<run_id>/.",
+)
 def record(
     workload,
     ctx,
@@ -477,20 +767,37 @@ def _csv_list(cast):
 
 
 @cli.command()
-@click.option("--sizes", default="small,medium,large,xl,2.7B", show_default=True, callback=_csv_list(str))
-@click.option("--ctx", "ctxs", default="128,256,512,1024", show_default=True, callback=_csv_list(int))
-@click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str))
-@click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str))
-@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="torch", show_default=True)
-@click.option("--steps", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True)
-@click.option("--batch", type=click.IntRange(1), default=4, show_default=True)
+@click.option(
+    "--sizes", default="small,medium,large,xl,2.7B", show_default=True, callback=_csv_list(str), help="Model sizes."
+)
+@click.option(
+    "--ctx", "ctxs", default="128,256,512,1024", show_default=True, callback=_csv_list(int), help="Context lengths."
+)
+@click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str), help="Step modes.")
+@click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str), help="Precisions.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nsys", "torch", "none"]),
+    default="torch",
+    show_default=True,
+    help="Profiler of each cell (as record).",
+)
+@click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed steps per cell.")
+@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps per cell.")
+@click.option("--batch", type=click.IntRange(1), default=4, show_default=True, help="Batch size.")
 @click.option("--memory", is_flag=True, help="A CUDA memory snapshot per cell.")
 @click.option("--timeout", type=click.IntRange(1), default=1800, show_default=True, help="Seconds per cell.")
 @click.option("--resume", is_flag=True, help="Keep cells whose run.json already says ok or oom.")
 @click.option("--calibrate", is_flag=True, help="First measure this GPU's ceilings into OUT_DIR/calibration.json.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
-@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs/sweep"), show_default=True)
+@click.option(
+    "-o",
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("outputs/sweep"),
+    show_default=True,
+    help="Folder of the sweep: one run folder per cell.",
+)
 def sweep(
     sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, resume, calibrate, device, out_dir
 ):
@@ -549,14 +856,14 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     """
     with importing():
         from profiler_kit.build_ddp import build_ddp_report, load_ddp_inputs
-        from profiler_kit.output import render_report_files, write_files
+        from profiler_kit.output import render_report_files
 
     rep = build_ddp_report(load_ddp_inputs(folder))
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
-    echo_written(write_files(out_dir or folder, files))
+    write_report(out_dir or folder, files)
 
 
-class DiffCommand(click.Command):
+class DiffCommand(Command):
     """The diff command, whose help ends with the --fail-on grammar (imported only when help is shown)."""
 
     def format_epilog(self, ctx, formatter):
@@ -585,10 +892,12 @@ class DiffCommand(click.Command):
 )
 @click.option("--fold-gemm-tiles", is_flag=True, help="Match GEMM kernels across tile variants (128x64 -> <tile>).")
 @click.option(
-    "--ops/--no-ops",
-    default=None,
-    help="Also compare Kineto traces per PyTorch op [default: when kernels matched by name hold under half "
-    "of either side's kernel time].",
+    "--ops",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Also compare Kineto traces per PyTorch op; auto: when kernels matched by name hold under half of "
+    "either side's kernel time.",
 )
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Arrow copy of big exports.")
 def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_gemm_tiles, ops, no_cache):
@@ -604,42 +913,43 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     interval excludes zero and it exceeds --threshold; with one instance a side
     the report says that no noise estimate is possible.
 
-    Exit codes: 0 no rule broken, 1 a --fail-on rule broken (one line each on
-    stdout), 2 bad input or a malformed rule.
+    Exit status: 0 no rule broken; 1 a --fail-on rule broken (one line each on
+    stdout); 2 bad input or a malformed rule; 3 output not written; 130 Ctrl-C.
 
     Example: profiler-kit diff base.sqlite new.sqlite --fail-on 'step>+3%' --fail-on 'category:gemm>+5%'
     """
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as report: no matrix products worth a thread per core
+    process.tune_report()  # before numpy is imported: profiler_kit/process.py
     with importing():  # big exports start being read now, beside the imports below (as report does)
         from analyze.trace_cache import prefetch_uncached
 
         for path in (base, new):
             prefetch_uncached(Path(path), cache=not no_cache)
-    keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
     with importing():
         from analyze.diff import parse_rule
         from profiler_kit.build_diff import gate_lines, run_diff
-        from profiler_kit.output import render_report_files, write_files
+        from profiler_kit.output import render_report_files
 
     rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
+    out_dir = writable(out_dir or Path("reports") / "diff")
     rep, verdicts = run_diff(
         base,
         new,
         rules,
         frozenset({"gemm_tiles"} if fold_gemm_tiles else ()),
-        ops=ops,
+        ops={"auto": None, "on": True, "off": False}[ops],
         threshold=threshold / 100,
         top=top,
         everything=fmt != "md",
         cache=not no_cache,
     )
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
-    echo_written(write_files(out_dir or Path("reports") / "diff", files))
+    write_report(out_dir, files)
     for line in verdicts.loc[verdicts["metric"] == "", "line"] if verdicts is not None else ():
         click.echo(f"Warning: --fail-on {line}", err=True)  # a regex that matched no name checks nothing
     broken = gate_lines(verdicts) if verdicts is not None else []
-    for line in broken:
-        click.echo(line)
+    with writing_stdout():
+        for line in broken:
+            click.echo(line)
     if rules:
         click.echo(f"gate: {len(broken)} of {len(rules)} rule(s) broken", err=True)
     if broken:

@@ -13,7 +13,8 @@ keys dropped or given wrong types, NaN, negative durations, shuffled or no event
 snapshots get fields dropped or changed (re-pickled as plain data), random bytes or a cut. With
 ``--folders``, copies of committed record folders get one run.json, calibration.json or JSONL file cut
 or its fields dropped or changed, and ``report`` or ``ddp-report`` reads the folder.
-A case passes when the command exits 0, or exits 2 with one ``Error:`` line and no output written.
+A case passes when the command exits 0, exits 1 with a ``skipped`` line per input it could not read and
+the report of the rest written (a folder), or exits 2 with one ``Error:`` line and no output written.
 Anything else (a traceback, another exit code, a timeout) prints as BAD with the damaged file kept.
 """
 
@@ -166,7 +167,7 @@ COMMANDS = {
 
 FOLDERS = {  # committed record folders and the command that reads each
     "examples": "report",
-    "benchmarks/results/attention/run10_rec": "report",
+    "benchmarks/results/attention/rec": "report",
     "reports/sweep": "report",
     "reports/ddp": "ddp-report",
 }
@@ -214,16 +215,21 @@ def run_case(src: Path, folder: Path, rng: random.Random) -> str:
 
 
 def check(args: list[str], out: Path, label: str, dst: Path) -> str:
-    """Run ``profiler-kit args``; ok when it works, or fails with one Error line and nothing in ``out``."""
+    """Run ``profiler-kit args``; ok when it works, skips inputs saying so, or fails with one Error line and
+    nothing in ``out``."""
     cmd = [sys.executable, "-m", "profiler_kit", *args]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
         return f"BAD timeout: {label}\n  kept {dst}"
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
-    clean_error = proc.returncode == 2 and len(errors) == 1 and not (out.exists() and any(out.iterdir()))
-    if (proc.returncode == 0 and "Traceback" not in proc.stderr) or clean_error:
-        return f"ok  {proc.returncode}: {label}" + (f"\n      {errors[0][:150]}" if errors else "")
+    skipped = [line for line in proc.stderr.splitlines() if line.startswith("skipped ")]
+    written = out.exists() and any(out.iterdir())
+    clean_error = proc.returncode == 2 and len(errors) == 1 and not written
+    clean_skip = proc.returncode == 1 and skipped and not errors and written
+    if ((proc.returncode == 0 or clean_skip) and "Traceback" not in proc.stderr) or clean_error:
+        said = errors or skipped
+        return f"ok  {proc.returncode}: {label}" + (f"\n      {said[0][:150]}" if said else "")
     return f"BAD exit {proc.returncode}: {label}\n{proc.stderr[-2000:]}\n  kept {dst}"
 
 

@@ -29,14 +29,14 @@ pays nothing).
   128, Hopper; other inputs take ``"tma"``). ``DEFAULT_BWD`` says which one
   16-bit inputs get on Hopper: ``"gluon_ws"``, 2.66-2.70 ms against cuDNN's
   3.03-3.04 and the ``tma`` kernel's 3.36 at the leaderboard shape, and less
-  GPU time from seq 4096 up (runs 15-16, benchmarks/results/attention/README.md).
+  GPU time from seq 4096 up (runs 15-16, benchmarks/README.md).
   Their dQ sums in an unspecified order, so they are not bitwise deterministic.
   fp32 inputs and pre-Hopper GPUs use the two-kernel backward. ``BWD_OPTS``
   switches the dK/dV kernel's structure (16-bit inputs, head dims up to
   ``BWD_OPTS_MAX_D``); the defaults load Q and dO tiles by TMA descriptors,
   fold the softmax scale into dS and start the heads in groups of 4, which
   with a 168-register cap fits 3 programs per SM: 3.38 ms against 3.66 before
-  run 8 at the leaderboard shape (benchmarks/results/attention/README.md).
+  run 8 at the leaderboard shape (benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -44,9 +44,9 @@ fp32 inputs keep fp32 accumulators but their ``tl.dot`` products run on TF32
 tensor cores (Triton's default), like torch matmuls with TF32 allowed: about
 2e-3 relative error against fp32 math attention (run 9), not fp32's 1e-6.
 
-Short sequences are bound by the host, not the GPU: on Triton 3.6 ``_launch`` calls a key's compiled kernel
-directly after its first launch, skipping Triton's per-call Python (run 11: forward + backward at
-seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40).
+Short sequences are bound by the host, not the GPU: on Triton 3.6 ``triton_launch.launch`` calls a key's
+compiled kernel directly after its first launch, skipping Triton's per-call Python (run 11: forward +
+backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40).
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton). Eager
@@ -59,7 +59,6 @@ the CPU (tests do); a single small tile config is then used.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -67,12 +66,12 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.tools.tensor_descriptor import TensorDescriptor
+
+from workloads.triton_launch import INTERPRET, capability, desc_hook, launch
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _interpreter_numpy_shim() -> None:
@@ -111,19 +110,6 @@ def _interpreter_numpy_shim() -> None:
 
 if INTERPRET:
     _interpreter_numpy_shim()
-
-
-def _desc_hook(nargs):
-    """Give the TMA descriptors among the arguments the tile shape of the config being launched."""
-    for name, block in (
-        ("K_DESC", "BLOCK_N"),
-        ("V_DESC", "BLOCK_N"),
-        ("DQ_DESC", "BLOCK_M"),
-        ("Q_DESC", "BLOCK_M"),
-        ("DO_DESC", "BLOCK_M"),
-    ):
-        if name in nargs and not isinstance(nargs[name], torch.Tensor):
-            nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
 
 
 def _cfg(bm, bn, warps, stages, maxnreg=None, hook=None):
@@ -180,8 +166,7 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
 
 def _hooked(configs):
     return [
-        _cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, _desc_hook)
-        for c in configs
+        _cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, desc_hook) for c in configs
     ]
 
 
@@ -581,78 +566,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"unsupported dtype {q.dtype}")
 
 
-LAST_COMPILED: dict[str, tuple] = {}  # kernel name -> (registers, spills) of the last fixed-config launch
-
-# Compiled kernels by launch key, with the tuned config's constants (see _launch). Triton's own launch path
-# (autotuner lookup, argument specialization, a cache-key string built per call) costs 40-150 us of host time
-# per launch on the H200 machines (run 11), most of a short sequence's forward + backward.
-_PLANS: dict[tuple, tuple] = {}
-# How a compiled kernel takes its arguments (every bound argument, constexprs included, to CompiledKernel's
-# runner) was checked on Triton 3.6 (run 11); older releases passed only the non-constexpr ones, so other
-# versions take Triton's own launch path.
-FAST_LAUNCH = not INTERPRET and triton.__version__.split(".")[:2] == ["3", "6"]
-
-
-def _launch_key(kernel, args: tuple, consts: dict) -> tuple:
-    """What Triton specializes a launch on: each tensor's dtype and 16-byte alignment, integer values, constexprs."""
-    parts = [id(kernel), torch.cuda.current_device()]
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            parts.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif hasattr(a, "base"):  # a TMA descriptor, Triton's or Gluon's
-            parts.append((a.base.dtype, a.base.data_ptr() % 16 == 0, "desc"))
-        else:
-            parts.append(a if isinstance(a, int) else type(a))
-    parts.extend(consts.items())
-    return tuple(parts)
-
-
-def _tuned_constants(kernel, args: tuple, consts: dict) -> dict:
-    """The constexprs the autotuner and heuristics added to the launch ``kernel[grid](*args, **consts)`` just made."""
-    tuned = dict(kernel.best_config.kwargs) if isinstance(kernel, Autotuner) else {}
-    inner = kernel.fn if isinstance(kernel, Autotuner) else kernel
-    if isinstance(inner, Heuristics):
-        named = dict(zip(inner.arg_names, args, strict=False)) | consts | tuned
-        tuned |= {name: heuristic(named) for name, heuristic in inner.values.items()}
-    return tuned
-
-
-def _launch(kernel, grid, args, consts, config=None):
-    """Autotuned launch, or (``config=(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])``) one fixed config.
-
-    The first autotuned launch of a key (``_launch_key``) goes through Triton, which tunes and compiles;
-    later ones call that compiled kernel with the same constants, skipping Triton's per-call Python.
-    """
-    if config is None:
-        key = _launch_key(kernel, args, consts) if FAST_LAUNCH else None
-        plan = _PLANS.get(key)
-        if plan is None:
-            compiled = kernel[grid](*args, **consts)
-            if key is not None and hasattr(compiled, "packed_metadata"):
-                _PLANS[key] = (compiled, _tuned_constants(kernel, args, consts))
-            return
-        compiled, tuned = plan
-        named = dict(zip(kernel.arg_names, args, strict=False)) | consts | tuned
-        _desc_hook(named)
-        dims = tuple(grid(named) if callable(grid) else grid)
-        compiled[dims + (1,) * (3 - len(dims))](*(named[name] for name in kernel.arg_names))
-    else:
-        bm, bn, warps, stages, *rest = config
-        extra = {"maxnreg": rest[0]} if rest and rest[0] else {}
-        compiled = kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **extra)
-        fn = kernel
-        while hasattr(fn, "fn"):  # Autotuner -> Heuristics -> JITFunction -> the Python function
-            fn = fn.fn
-        LAST_COMPILED[fn.__name__] = (getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None))
-
-
-@functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
-
-
 def _hopper(q: torch.Tensor) -> bool:
-    return INTERPRET or (q.is_cuda and _capability(q.device.index)[0] >= 9)
+    return INTERPRET or (q.is_cuda and capability(q.device.index)[0] >= 9)
 
 
 def forward_kernels(
@@ -675,7 +590,7 @@ def forward_kernels(
     if tma is None:
         tma = FWD_TMA and _hopper(q) and q.dtype != torch.float32
     k_desc, v_desc = k, v
-    if tma:  # block shape set per config by _desc_hook (or here for a fixed config)
+    if tma:  # block shape set per config by desc_hook (or here for a fixed config)
         bn = config[1] if config else 16
         k_desc = TensorDescriptor(k, [bh * n, d], [d, 1], [bn, d])
         v_desc = TensorDescriptor(v, [bh * n, d], [d, 1], [bn, d])
@@ -688,7 +603,7 @@ def forward_kernels(
 
     args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group}
-    _launch(_flash_fwd_kernel, grid, args, consts, config)
+    launch(_flash_fwd_kernel, grid, args, consts, config)
     return o, lse
 
 
@@ -748,7 +663,7 @@ def backward_kernels(
     dq = torch.empty(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
-    _launch(
+    launch(
         _flash_bwd_delta_kernel,
         (triton.cdiv(n, block), bh),
         (o, do, do_c, dq, delta, n, *do.stride()),
@@ -766,7 +681,7 @@ def backward_kernels(
     opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # TMA needs 16-byte aligned tiles
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q) and aligned
-    bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
+    bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
     if mode_id == 2:
         dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [bm, d])
@@ -782,11 +697,11 @@ def backward_kernels(
 
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
-    _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
+    launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)
-    _launch(_flash_bwd_dq_kernel, grid_m, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, dq_config)
+    launch(_flash_bwd_dq_kernel, grid_m, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, dq_config)
     return dq, dk, dv
 
 
