@@ -905,7 +905,9 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
 
     BASE and NEW are each a trace (.sqlite, .nsys-rep, .json[.gz]), a memory
     snapshot (.pickle), or a folder of them: several files a side (repeated runs)
-    are compared by their mean, each file an instance. Kernels are matched by
+    are compared by their mean, each file an instance. Folders left by
+    record/sweep (run.json) compare each cell's timed steps and list cells whose
+    status changed (OOM). Kernels are matched by
     name (Inductor suffixes folded); categories, phases, NVTX ranges and memory
     peaks are compared too. Each delta gets a 95% interval over the side's
     instances (steps, phase instances or files): a percentile bootstrap (fixed
