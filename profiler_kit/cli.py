@@ -861,3 +861,98 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     rep = build_ddp_report(load_ddp_inputs(folder))
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     write_report(out_dir or folder, files)
+
+
+class DiffCommand(Command):
+    """The diff command, whose help ends with the --fail-on grammar (imported only when help is shown)."""
+
+    def format_epilog(self, ctx, formatter):
+        from analyze.diff import RULE_GRAMMAR
+
+        formatter.write_paragraph()
+        formatter.write_text("FAIL-ON RULES")
+        with formatter.indentation():
+            for line in RULE_GRAMMAR.splitlines():
+                formatter.write(f"{formatter.current_indent * ' '}{line}\n")
+
+
+@cli.command(cls=DiffCommand)
+@click.argument("base", type=click.Path(path_type=str))
+@click.argument("new", type=click.Path(path_type=str))
+@output_options("diff")
+@click.option(
+    "--fail-on", "fail_on", multiple=True, metavar="RULE", help="Exit 1 when a significant change breaks RULE (below)."
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0),
+    default=2.0,
+    show_default=True,
+    help="Percent: a change is significant only when larger than this (and its 95% interval excludes zero).",
+)
+@click.option("--fold-gemm-tiles", is_flag=True, help="Match GEMM kernels across tile variants (128x64 -> <tile>).")
+@click.option(
+    "--ops",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Also compare Kineto traces per PyTorch op; auto: when kernels matched by name hold under half of "
+    "either side's kernel time.",
+)
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Arrow copy of big exports.")
+def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_gemm_tiles, ops, no_cache):
+    """What changed from BASE to NEW, with noise bands, and a gate for CI.
+
+    BASE and NEW are each a trace (.sqlite, .nsys-rep, .json[.gz]), a memory
+    snapshot (.pickle), or a folder of them: several files a side (repeated runs)
+    are compared by their mean, each file an instance. Folders left by
+    record/sweep (run.json) compare each cell's timed steps and list cells whose
+    status changed (OOM). Kernels are matched by
+    name (Inductor suffixes folded); categories, phases, NVTX ranges and memory
+    peaks are compared too. Each delta gets a 95% interval over the side's
+    instances (steps, phase instances or files): a percentile bootstrap (fixed
+    seed) with 8 or more a side, else Welch's t. A change is significant when its
+    interval excludes zero and it exceeds --threshold; with one instance a side
+    the report says that no noise estimate is possible.
+
+    Exit status: 0 no rule broken; 1 a --fail-on rule broken (one line each on
+    stdout); 2 bad input or a malformed rule; 3 output not written; 130 Ctrl-C.
+
+    Example: profiler-kit diff base.sqlite new.sqlite --fail-on 'step>+3%' --fail-on 'category:gemm>+5%'
+    """
+    process.tune_report()  # before numpy is imported: profiler_kit/process.py
+    with importing():  # big exports start being read now, beside the imports below (as report does)
+        from analyze.trace_cache import prefetch_uncached
+
+        for path in (base, new):
+            prefetch_uncached(Path(path), cache=not no_cache)
+    with importing():
+        from analyze.diff import parse_rule
+        from profiler_kit.build_diff import gate_lines, run_diff
+        from profiler_kit.output import render_report_files
+
+    rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
+    out_dir = writable(out_dir or Path("reports") / "diff")
+    rep, verdicts = run_diff(
+        base,
+        new,
+        rules,
+        frozenset({"gemm_tiles"} if fold_gemm_tiles else ()),
+        ops={"auto": None, "on": True, "off": False}[ops],
+        threshold=threshold / 100,
+        top=top,
+        everything=fmt != "md",
+        cache=not no_cache,
+    )
+    files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
+    write_report(out_dir, files)
+    for line in verdicts.loc[verdicts["metric"] == "", "line"] if verdicts is not None else ():
+        click.echo(f"Warning: --fail-on {line}", err=True)  # a regex that matched no name checks nothing
+    broken = gate_lines(verdicts) if verdicts is not None else []
+    with writing_stdout():
+        for line in broken:
+            click.echo(line)
+    if rules:
+        click.echo(f"gate: {len(broken)} of {len(rules)} rule(s) broken", err=True)
+    if broken:
+        sys.exit(1)
