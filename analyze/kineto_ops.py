@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from analyze.intervals import nesting_depth
-from analyze.kineto import CPU_OP_CATS, _args, _bucket, _frame, _ints, _load, _pick, _times
+from analyze.kineto import _args, _bucket, _frame, _ints, _load, _roles, _times
 from analyze.tables import NVTX_RANGES, validate
 
 
@@ -27,7 +27,8 @@ def op_label(name: str, dims) -> str:
 def read_kineto_ops(path: str | Path):
     """The ``cpu_op`` events of a Kineto trace as ranges (NVTX_RANGES schema), named by ``op_label``."""
     path = Path(path)
-    events = _pick(_bucket(path, _load(path).get("traceEvents") or []), CPU_OP_CATS)
+    _, events, _ = _load(path)
+    events = [e for e in _roles(_bucket(path, events))["cpu_op"] if e.get("ph") == "X"]
     start, dur = _times(path, events, "cpu_op")
     df = _frame(
         {
