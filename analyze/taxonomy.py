@@ -130,12 +130,14 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     ("memory", "generated_layout", r"^nvfuser (transpose|resize)\b", ("nvfuser_transpose_f0_c1_r0_g0",)),
     # cuDNN v8/v9 and MIOpen convolution engines; "convert" is no convolution.
     ("gemm", "convolution",
-     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask cudnn|scudnn|\bim 2 col gemm",
+     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask cudnn|scudnn|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
      ("void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int, int)",
       "sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel_cudnn",
       "cudnn_infer_volta_scudnn_128x128_relu_medium_nn_v1",
       "naive_conv_fwd_nchw_float_double_float",
-      "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt256x128x32_wt32x32x8_ws2x1_wr2x2_ta1x8x4x1_1x4x1x64_tb1x8x2x1_1x4x1x64")),
+      "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt256x128x32_wt32x32x8_ws2x1_wr2x2_ta1x8x4x1_1x4x1x64_tb1x8x2x1_1x4x1x64",
+      # cuDNN's FFT convolution algorithm: forward/inverse transforms around a pointwise product (P100 nvprof)
+      "void fft2d_r2c_32x32<__half, bool=0, unsigned int=1, bool=1>(float2*, __half const *, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)")),
     # Vendor GEMM libraries: cuBLAS (sm80/sm90 xmma, nvjet, ampere_*gemm, gemv2T), cuBLASLt (bmm_* on
     # sm100, splitKreduce), CUTLASS 2/3 (cutlass_80_tensorop_*, cutlass3x_*, device_kernel<GemmKernel>),
     # AMD Tensile/hipBLASLt (Cijk_*: its tuning token ONLL1 is no "nll"), rocBLAS, Composable Kernel
@@ -175,10 +177,11 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not. "fill"
     # counts only as the first word: masked_fill reads a mask and an input, it is pointwise.
     ("memory", "copy_layout",
-     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\bnchw|\bnhwc|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
+     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
      ("void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda(TensorIteratorBase&)>>(int)",
       "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
       "__amd_rocclr_fillBufferAligned.kd",
+      "void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>(unsigned int const *, tensorflow::functor::Dimension<int=3>, tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>*)",  # TF's transpose
       "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)")),
     ("reduction", "reduce",
      r"reduc|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
@@ -190,11 +193,14 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"elementwise|pointwise|functor|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
       "subtract_kernel(float*, float const*, float const*, int, int)",  # rocprofv3 sample app
+      # cuDNN's RNN gate math, camelCase (elemWise/elementWise) and a bidirectional sum (P100 nvprof)
+      "void elemWiseRNNcell<__half, __half, float, cudnnRNNMode_t=2, cudnnRNNBiasMode_t=2>(int, int, int, int, int, bool, __half const *, __half const *, __half const *, __half const *, __half const *, __half const *, __half const *, __half*, __half*, __half*, __half*, __half*, cudnnRNNClipMode_t, cudnnNanPropagation_t, float, float)",
+      "void RNN_bidirectional_accum_bp1_1<__half, __half, float>(__half*, __half*, __half*, int)",
       "void at::native::triu_tril_kernel<bool, int, false, 8, false>(at::cuda::detail::TensorInfo<bool, int>, at::cuda::detail::TensorInfo<bool const, int>, long, long, int)",
       "void rocprim::ROCPRIM_400200_NS::detail::trampoline_kernel<rocprim::ROCPRIM_400200_NS::detail::wrapped_transform_config<rocprim::ROCPRIM_400200_NS::default_config, unsigned long, true>, (rocprim::ROCPRIM_400200_NS::detail::target_arch)950, rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1}, rocprim::ROCPRIM_400200_NS::detail::default_config_selector>(rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1})",
       "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)")),
