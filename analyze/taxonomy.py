@@ -21,7 +21,7 @@ matches decides:
 
 To add a library's kernels, add a row (or an example to a row) with a real name; tests
 check every example is decided by its own row, and every name of the corpus
-tests/data/kernel_names/corpus.csv (2,219 real names: 937 from captures of many vendors and
+tests/data/kernel_names/corpus.csv (2,577 real names: 1,295 from captures of many vendors and
 generations, 1,282 from ROCm/aiter's kernel tables) lands in the category it was labelled with.
 """
 
@@ -130,12 +130,20 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     ("memory", "generated_layout", r"^nvfuser (transpose|resize)\b", ("nvfuser_transpose_f0_c1_r0_g0",)),
     # cuDNN v8/v9 and MIOpen convolution engines; "convert" is no convolution.
     ("gemm", "convolution",
-     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask cudnn|scudnn|\bim 2 col gemm",
+     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask (cudnn|trt)|scudnn|\b[hi] \d+ cudnn\b|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
      ("void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int, int)",
       "sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel_cudnn",
       "cudnn_infer_volta_scudnn_128x128_relu_medium_nn_v1",
+      "trt_ampere_h16816cudnn_64x64_sliced1x2_ldg8_relu_exp_stages_64x5_small_nhwc_linkable_tn_v1",  # TensorRT, fp16 conv
+      "void cask_trt::computeOffsetsKernel<(bool)0, (bool)0>(cask_trt::ComputeOffsetsParams)",  # TensorRT conv's index precompute
       "naive_conv_fwd_nchw_float_double_float",
-      "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt256x128x32_wt32x32x8_ws2x1_wr2x2_ta1x8x4x1_1x4x1x64_tb1x8x2x1_1x4x1x64")),
+      "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt256x128x32_wt32x32x8_ws2x1_wr2x2_ta1x8x4x1_1x4x1x64_tb1x8x2x1_1x4x1x64",
+      # cuDNN's FFT convolution algorithm: forward/inverse transforms around a pointwise product (P100 nvprof)
+      "void fft2d_r2c_32x32<__half, bool=0, unsigned int=1, bool=1>(float2*, __half const *, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)")),
+    # Pooling before the vendor GEMM row: TensorRT names its pooling kernels sm50_xmma_pooling_*.
+    ("reduction", "pooling", r"\bpool",
+     ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*, long*)",
+      "sm50_xmma_pooling_coalescedC_NHWC_kMAX_2_False_execute_kernel_trt")),  # TensorRT: xmma says GEMM, pooling says what it does
     # Vendor GEMM libraries: cuBLAS (sm80/sm90 xmma, nvjet, ampere_*gemm, gemv2T), cuBLASLt (bmm_* on
     # sm100, splitKreduce), CUTLASS 2/3 (cutlass_80_tensorop_*, cutlass3x_*, device_kernel<GemmKernel>),
     # AMD Tensile/hipBLASLt (Cijk_*: its tuning token ONLL1 is no "nll"), rocBLAS, Composable Kernel
@@ -158,13 +166,11 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "_ZN5aiter24bf16gemm_bf16_tn_256x256E",
       "mfma_moe1_bs_fp8_f16_cshuffle_t16x256x128_wpe2_abi8",  # FlyDSL MoE stage 1 on MI355
       "void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, __nv_bfloat16, __nv_bfloat16, float, __nv_bfloat16, (bool)0>(cublasLt::cublasSplitKParams<float>)")),
-    ("reduction", "pooling", r"\bpool",
-     ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*, long*)",)),
     # Position encodings, activations and generators compute every element from a formula: pointwise,
     # even when the name also says embedding (vLLM's rotary_embedding_kernel), index (ATen's arange
     # launcher) or transpose (DeepSeek's swiglu_and_per_channel_cast_and_transpose).
     ("elementwise", "named_pointwise",
-     r"rotary|\brope\b|\bwith index\b|\barange|\blinspace|exponential|swiglu|\bsilu|\bgelu|\bgeglu|\bact and mul",
+     r"rotary|\brope\b|\bphilox random|\bwith index\b|\barange|\blinspace|exponential|swiglu|\bsilu|\bgelu|\bgeglu|\bact and mul",
      ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int)",
       "void cuda::swiglu_and_per_channel_cast_and_transpose<256, 128, false>(void const*, unsigned char*, float*, int, int, float, __nv_fp8_interpretation_t)")),
     # Sorts, scans and selections; rocPRIM/CUB partition (stream compaction, behind nonzero/unique) too.
@@ -175,14 +181,16 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not. "fill"
     # counts only as the first word: masked_fill reads a mask and an input, it is pointwise.
     ("memory", "copy_layout",
-     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\bnchw|\bnhwc|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
+     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|\bset to value\b|\bstitch\b|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
      ("void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda(TensorIteratorBase&)>>(int)",
       "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
       "__amd_rocclr_fillBufferAligned.kd",
+      "void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>(unsigned int const *, tensorflow::functor::Dimension<int=3>, tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>*)",  # TF's transpose
       "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)")),
     ("reduction", "reduce",
-     r"reduc|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
+     r"reduc|\bdot\b|\bunsorted segment|\bsegment (sum|reduc)|\bbias grad|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
      ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>>(T3)",
+      "void dot_kernel<double>(double const *, double const *, double*, unsigned int)",  # BabelStream's dot product
       "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)")),
     # Anything under ATen's pointwise launchers lands here once its functor said nothing more
     # specific; MIOpen's tensor ops (Op2dTensorGeneric, SubTensorOpWithScalar1d) are pointwise too.
@@ -190,11 +198,21 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"elementwise|pointwise|functor|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
       "subtract_kernel(float*, float const*, float const*, int, int)",  # rocprofv3 sample app
+      "void triad_kernel<double>(double*, double const *, double const *)",  # BabelStream
+      "square_kernel_0d1d234",  # a Triton kernel (GPU MODE lecture 1, ncu)
+      "void scal_kernel<float, float, int=1, bool=1, int=6, int=5, int=5, int=3>(cublasTransposeParams<float>, float const *, float*, float const *)",  # cuBLAS scal
+      # Eigen's meta kernel (TensorFlow) evaluates the tensor expression in its template arguments, one
+      # coefficient per thread; the rules do not read template arguments, so it counts as pointwise even
+      # when that expression is a plain copy or broadcast.
+      "void Eigen::internal::EigenMetaKernel<Eigen::TensorEvaluator<Eigen::TensorAssignOp<Eigen::TensorMap<Eigen::Tensor<float, int=1, int=1, int>, int=16, Eigen::MakePointer>, Eigen::TensorCwiseUnaryOp<Eigen::internal::scalar_tanh_op<float>, Eigen::TensorMap<Eigen::Tensor<float const , int=1, int=1, int>, int=16, Eigen::MakePointer> const > const > const , Eigen::GpuDevice>, int>(float, int=1)",
+      # cuDNN's RNN gate math, camelCase (elemWise/elementWise) and a bidirectional sum (P100 nvprof)
+      "void elemWiseRNNcell<__half, __half, float, cudnnRNNMode_t=2, cudnnRNNBiasMode_t=2>(int, int, int, int, int, bool, __half const *, __half const *, __half const *, __half const *, __half const *, __half const *, __half const *, __half*, __half*, __half*, __half*, __half*, cudnnRNNClipMode_t, cudnnNanPropagation_t, float, float)",
+      "void RNN_bidirectional_accum_bp1_1<__half, __half, float>(__half*, __half*, __half*, int)",
       "void at::native::triu_tril_kernel<bool, int, false, 8, false>(at::cuda::detail::TensorInfo<bool, int>, at::cuda::detail::TensorInfo<bool const, int>, long, long, int)",
       "void rocprim::ROCPRIM_400200_NS::detail::trampoline_kernel<rocprim::ROCPRIM_400200_NS::detail::wrapped_transform_config<rocprim::ROCPRIM_400200_NS::default_config, unsigned long, true>, (rocprim::ROCPRIM_400200_NS::detail::target_arch)950, rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1}, rocprim::ROCPRIM_400200_NS::detail::default_config_selector>(rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1})",
       "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)")),
