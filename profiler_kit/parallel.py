@@ -175,7 +175,7 @@ class _client:
             n_workers=self.workers,
             threads_per_worker=1,  # the readers hold the GIL: one task per process
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",  # its HTTP server (health, metrics) on a free port, not 8787
             silence_logs=logging.CRITICAL,  # a worker lost mid-run is retried; its logs would only alarm
         )
         self.client = Client(self.cluster, set_as_default=False)
