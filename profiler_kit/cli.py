@@ -287,7 +287,7 @@ def parallel_options(fn):
         metavar="ADDRESS",
         default=None,
         help="Run the per-input work on a running Dask cluster (tcp://host:8786, from `dask scheduler`); its "
-        "workers must see the inputs at the same paths.",
+        "workers must see the inputs at the same paths (a shared filesystem); --workers is then not used.",
     )(fn)
     return click.option(
         "--workers",
