@@ -26,6 +26,9 @@ from analyze.sources import READ_ERRORS
 # A local cluster costs about 2 s to start (measured: benchmarks/bench_workers.py); below this many bytes of
 # input the default stays in this process, where small batches finish sooner.
 CLUSTER_MIN_BYTES = 64 * 2**20
+# Dask's sampling profiler walks the task's stack every 10 ms: CPU taken from a task that holds the GIL, for a
+# dashboard nobody opens on a local cluster.
+LOCAL_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 SCHEDULER_TIMEOUT_S = 10  # connecting to --scheduler; an address nothing listens on fails after this
 
 
@@ -171,13 +174,16 @@ class _client:
             except (OSError, TimeoutError, ValueError) as err:
                 raise InputError(f"cannot reach the Dask scheduler at {self.scheduler}: {err}") from None
             return self.client
-        self.cluster = LocalCluster(
-            n_workers=self.workers,
-            threads_per_worker=1,  # the readers hold the GIL: one task per process
-            processes=True,
-            dashboard_address=":0",  # its HTTP server (health, metrics) on a free port, not 8787
-            silence_logs=logging.CRITICAL,  # a worker lost mid-run is retried; its logs would only alarm
-        )
+        import dask
+
+        with dask.config.set(LOCAL_WORKER_CONFIG):  # the nannies hand it to the workers they start
+            self.cluster = LocalCluster(
+                n_workers=self.workers,
+                threads_per_worker=1,  # the readers hold the GIL: one task per process
+                processes=True,
+                dashboard_address=":0",  # its HTTP server (health, metrics) on a free port, not 8787
+                silence_logs=logging.CRITICAL,  # a worker lost mid-run is retried; its logs would only alarm
+            )
         self.client = Client(self.cluster, set_as_default=False)
         return self.client
 
