@@ -468,8 +468,24 @@ def analyze_source(src, label: str, cache: bool = False) -> TraceResult:
     return TraceResult(label, str(src.path), trace.meta, tables)
 
 
+_worker_ready = False
+
+
 def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
-    """``analyze_source`` as a Dask task: its cache write finished there, and the folders written."""
+    """``analyze_source`` as a Dask task: its cache write finished there, and the folders written.
+
+    A worker's first task gives it the report's process settings (``process.tune_report``) and freezes what
+    it has imported (Dask's objects and ours) out of the cyclic collector's passes, as the CLI does.
+    """
+    global _worker_ready
+    if not _worker_ready:
+        import gc
+
+        from profiler_kit import process
+
+        process.tune_report()
+        gc.freeze()
+        _worker_ready = True
     result = analyze_source(*item, cache=cache)
     if not cache:
         return result, []
