@@ -294,7 +294,7 @@ def parallel_options(fn):
         type=click.IntRange(min=1),
         default=None,
         help="Processes that read and analyse the inputs at once, on a local Dask cluster; 1 reads them here, one "
-        "after another [default: one per core for several inputs of 64 MiB or more in all, else 1].",
+        "after another [default: one per core for several inputs of 256 MiB or more in all, else 1].",
     )(fn)
 
 

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from analyze.errors import InputError
 from analyze.sources import READ_ERRORS
 
-# A local cluster costs about 2 s to start (measured: benchmarks/bench_workers.py); below this many bytes of
-# input the default stays in this process, where small batches finish sooner.
-CLUSTER_MIN_BYTES = 64 * 2**20
+# Below this many bytes of input the default stays in this process. A local cluster's fixed cost, measured on a
+# 2-core machine under load ~9: 4.2 s to start, 2.2 s to close, ~3 CPU-s per spawned worker to import pandas and
+# the readers again; the real exports of benchmarks/bench_workers.py take ~20 MiB per CPU-s, so two workers
+# can only gain from a few hundred MiB on (an estimate: on that loaded machine no size measured gained).
+CLUSTER_MIN_BYTES = 256 * 2**20
 # Dask's sampling profiler walks the task's stack every 10 ms: CPU taken from a task that holds the GIL, for a
 # dashboard nobody opens on a local cluster.
 LOCAL_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
