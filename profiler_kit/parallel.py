@@ -25,8 +25,8 @@ from analyze.sources import READ_ERRORS
 
 # Below this many bytes of input the default stays in this process. A local cluster's fixed cost, measured on a
 # 2-core machine under load ~9: 4.2 s to start, 2.2 s to close, ~3 CPU-s per spawned worker to import pandas and
-# the readers again; the real exports of benchmarks/bench_workers.py take ~20 MiB per CPU-s, so two workers
-# can only gain from a few hundred MiB on (an estimate: on that loaded machine no size measured gained).
+# the readers again. benchmarks/bench_workers.py there: 32 inputs of 240 MiB in all ran 0.73x as fast on two
+# workers, 880 MiB 1.24x; the threshold lies between (not measured on an idle machine).
 CLUSTER_MIN_BYTES = 256 * 2**20
 # Dask's sampling profiler walks the task's stack every 10 ms: CPU taken from a task that holds the GIL, for a
 # dashboard nobody opens on a local cluster.
