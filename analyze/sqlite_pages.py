@@ -15,6 +15,7 @@ through SQLite, which handles every case and reports damage in its own words.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import sys
 from collections.abc import Callable
@@ -54,7 +55,8 @@ def read_integer_columns(
     except (IndexError, ValueError):  # a damaged page that got past the checks; SQLite will say what is wrong
         return None
     finally:
-        mm.close()
+        with contextlib.suppress(BufferError):  # a view still held (a sampling profiler's frame, as Dask workers
+            mm.close()  # run): the mapping goes with the last view instead
 
 
 class _Words:

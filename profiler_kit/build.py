@@ -6,6 +6,7 @@ only chooses which tables and charts to show and words the findings.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -525,37 +526,83 @@ def memory_counters_section(res: TraceResult) -> Section:
     )
 
 
-def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None) -> list[TraceResult]:
+def analyze_source(src, label: str, cache: bool = False) -> TraceResult:
+    """Read and analyse one trace source, reduced to the small tables a report shows (raises READ_ERRORS)."""
+    from analyze.breakdown import analyze_trace
+    from analyze.projection import distinct_values
+    from analyze.ranks import summarize_rank_time
+    from analyze.sources import read_trace
+    from analyze.tables import one_value_view
+
+    trace = read_trace(src, details=False, cache=cache, runtime_later=True)
+    tables = analyze_trace(trace, REPORT_TABLES)
+    if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
+        tables.update(memory_counter_tables(trace))
+    ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
+    is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
+    pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)
+    if not one_value_view(pid) and len(distinct_values(pid[is_kernel])) > 1:  # several processes launched kernels
+        tables["ranks"] = summarize_rank_time(ops[is_kernel])
+    return TraceResult(label, str(src.path), trace.meta, tables)
+
+
+_worker_ready = False
+
+
+def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
+    """``analyze_source`` as a Dask task: its cache write finished there, and the folders written.
+
+    A worker's first task gives it the report's process settings (``process.tune_report``) and freezes what
+    it has imported (Dask's objects and ours) out of the cyclic collector's passes, as the CLI does.
+    """
+    global _worker_ready
+    if not _worker_ready:
+        import gc
+
+        from profiler_kit import process
+
+        process.tune_report()
+        gc.freeze()
+        _worker_ready = True
+    result = analyze_source(*item, cache=cache)
+    if not cache:
+        return result, []
+    from analyze.trace_cache import finish_writes
+
+    return result, finish_writes()
+
+
+def analyze_sources(
+    sources, roots, on_each=None, cache: bool = False, skip=None, workers: int = 1, scheduler=None, cached=None
+) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
     ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
     ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
-    (``analyze.sources.READ_ERRORS``); without it the first such error is raised.
+    (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``workers`` > 1 or a
+    ``scheduler`` address runs one task per source on Dask (``profiler_kit.parallel``); the cache folders its
+    workers wrote are added to the list ``cached``. The results are the same, in the order of ``sources``.
     """
-    from analyze.breakdown import analyze_trace
-    from analyze.projection import distinct_values
-    from analyze.ranks import summarize_rank_time
-    from analyze.sources import READ_ERRORS, read_trace
-    from analyze.tables import one_value_view
+    from profiler_kit.parallel import map_inputs
 
-    results = []
-    for src in sources:
-        try:
-            trace = read_trace(src, details=False, cache=cache, runtime_later=True)
-            tables = analyze_trace(trace, REPORT_TABLES)
-        except READ_ERRORS as err:
-            if skip is None:
-                raise
-            skip(src.path, err)
-            continue
-        if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
-            tables.update(memory_counter_tables(trace))
-        ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
-        is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
-        pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)
-        if not one_value_view(pid) and len(distinct_values(pid[is_kernel])) > 1:  # several processes launched kernels
-            tables["ranks"] = summarize_rank_time(ops[is_kernel])
-        results.append(TraceResult(label_for(src.path, roots), str(src.path), trace.meta, tables))
-        if on_each:
-            on_each(src)
-    return results
+    items = [(src, label_for(src.path, roots)) for src in sources]
+    done = (lambda item: on_each(item[0])) if on_each else None
+    if scheduler is None and workers <= 1:
+        return map_inputs(lambda item: analyze_source(*item, cache=cache), items, key=_path, on_done=done, skip=skip)
+    pairs = map_inputs(
+        functools.partial(_analyze_task, cache),
+        items,
+        key=_path,
+        workers=workers,
+        scheduler=scheduler,
+        on_done=done,
+        skip=skip,
+    )
+    for _, folders in pairs:
+        if cached is not None:
+            cached.extend(folders)
+    return [res for res, _ in pairs]
+
+
+def _path(item):
+    return item[0].path

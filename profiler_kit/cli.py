@@ -147,6 +147,18 @@ def progress(items, label: str):
     return click.progressbar(items, label=label, file=sys.stderr, show_pos=True)
 
 
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+
+def progress_bar(length: int, label: str):
+    """A progress bar of ``length`` steps (``.update(n)``) on stderr; silent when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext(_NoBar())
+    return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
+
+
 def echo_written(paths: list[Path]) -> None:
     """Tell the user where the output went (stderr, so stdout stays pipeable)."""
     for p in paths:
@@ -268,6 +280,24 @@ def strict_option(fn):
     )(fn)
 
 
+def parallel_options(fn):
+    """--workers and --scheduler: where the per-input work runs (``profiler_kit.parallel``)."""
+    fn = click.option(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="Run the per-input work on a running Dask cluster (tcp://host:8786, from `dask scheduler`); its "
+        "workers must see the inputs at the same paths (a shared filesystem); --workers is then not used.",
+    )(fn)
+    return click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Processes that read and analyse the inputs at once, on a local Dask cluster; 1 reads them here, one "
+        "after another [default: one per core for several inputs of 256 MiB or more in all, else 1].",
+    )(fn)
+
+
 def single_file(paths) -> bool:
     """One file named: its error is the command's (one Error line, exit 2), as with --strict."""
     return len(paths) == 1 and not Path(paths[0]).is_dir()
@@ -340,8 +370,9 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
     help="Neither read nor write the Arrow copy of a big export (.<name>.profiler-kit-cache/ beside it).",
 )
 @strict_option
+@parallel_options
 @with_exit_codes
-def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
+def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, scheduler):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
     PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
@@ -351,9 +382,11 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     attention matmuls, fp32 vs bf16, profiling overhead, achieved GEMM TFLOP/s
     and MFU against the GPU's calibrated ceilings (calibration.json). Writes <stem>.md and <stem>.html (charts) to the
     output folder; with --format csv/json, one <stem>.<table>.<fmt> per table.
-    Several traces also get comparison tables. An export over 32 MiB leaves an
-    Arrow copy of its tables in a hidden folder beside it, which makes the next
-    report on the unchanged file faster (--no-cache: neither read nor write it).
+    Several traces also get comparison tables; --workers N reads and analyses
+    them in N processes at once, --scheduler on a running Dask cluster. An
+    export over 32 MiB leaves an Arrow copy of its tables in a hidden folder
+    beside it, which makes the next report on the unchanged file faster
+    (--no-cache: neither read nor write it).
 
     A file that cannot be read (damaged, or an .nsys-rep too new for the
     installed nsys) is said in one line on stderr and listed in a "Skipped
@@ -363,7 +396,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
-    if len(paths) == 1:  # one big export: its reading starts now, beside the imports below
+    if len(paths) == 1 and scheduler is None:  # one big export: its reading starts now, beside the imports below
         with importing():  # the early read imports numpy before it forks its reader
             from analyze.trace_cache import prefetch_uncached
 
@@ -382,8 +415,22 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     snapshots = [s.path for s in sources if s.kind == "memory-snapshot"]
     if not traces and not snapshots and not skips.skipped:
         raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
-    with progress(traces, "Analysing") as bar:
-        results = analyze_sources(bar, paths, cache=not no_cache, skip=skips)
+    if workers is None:
+        from profiler_kit.parallel import default_workers
+
+        workers = default_workers([s.path for s in traces])
+    cached = []
+    with progress_bar(len(traces), "Analysing") as bar:
+        results = analyze_sources(
+            traces,
+            paths,
+            on_each=lambda _: bar.update(1),
+            cache=not no_cache,
+            skip=skips,
+            workers=workers,
+            scheduler=scheduler,
+            cached=cached,
+        )
     loaded = []
     if snapshots:
         from profiler_kit.build_memory import load_snapshots, memory_sections
@@ -401,7 +448,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     if not no_cache:
         from analyze.trace_cache import finish_writes
 
-        for folder in finish_writes():
+        for folder in [*cached, *finish_writes()]:
             click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
     skips.finish()
 

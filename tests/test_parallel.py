@@ -1,0 +1,224 @@
+"""report --workers/--scheduler (profiler_kit/parallel.py): the same bytes in this process, on a local cluster and
+on a real `dask scheduler` with two `dask worker` processes; a corrupt input skipped; a worker killed mid-run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from profiler_kit.cli import cli
+from tests.conftest import FIXTURES, ROOT, shared_files
+
+pytest.importorskip("distributed")
+
+INPUTS = [
+    FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite",
+    ROOT / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz",
+    *shared_files("nsys_sqlite", "amir-ghz__DynamicViT*.sqlite")[:1],
+    *shared_files("kineto", "AMD-AGI__TraceLens*.json.gz")[:1],
+]
+WAIT_S = 60  # bound on every wait for the cluster the tests start
+
+
+def batch(root: Path, copies: int = 1, corrupt: bool = True) -> Path:
+    """``copies`` of each input under distinct names, plus (``corrupt``) an export that is not SQLite."""
+    folder = root / "in"
+    folder.mkdir()
+    for k in range(copies):
+        for i, src in enumerate(INPUTS):
+            name = src.name.split(".")[0][:24]
+            (folder / f"{k:02d}_{i}_{name}{''.join(src.suffixes)}").write_bytes(src.read_bytes())
+    if corrupt:
+        (folder / "01_broken.sqlite").write_bytes(b"not a database " * 100)
+    return folder
+
+
+def report(folder: Path, out: Path, *args) -> tuple[int, str, dict[str, bytes]]:
+    res = CliRunner().invoke(cli, ["report", str(folder), "-o", str(out), "--no-html", *map(str, args)])
+    files = {p.name: p.read_bytes() for p in sorted(out.iterdir())} if out.is_dir() else {}
+    return res.exit_code, res.stderr, files
+
+
+class Cluster:
+    """A `dask scheduler` and ``n`` `dask worker` processes (no nanny: a killed worker stays dead) on 127.0.0.1."""
+
+    def __init__(self, tmp: Path, n: int = 2):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        self.file = tmp / "scheduler.json"
+        run = [sys.executable, "-m"]
+        self.scheduler = subprocess.Popen(
+            [*run, "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", str(self.file)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.workers = {}
+        try:
+            self.address = self._wait_for_file()
+            for i in range(n):
+                self.workers[f"w{i}"] = subprocess.Popen(
+                    [*run, "distributed.cli.dask_worker", self.address, "--host", "127.0.0.1", "--nthreads", "1",
+                     "--no-nanny", "--no-dashboard", "--name", f"w{i}"],
+                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+            from distributed import Client
+
+            self.client = Client(self.address, timeout=WAIT_S)
+            self.client.wait_for_workers(n, timeout=WAIT_S)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_for_file(self) -> str:
+        import json
+
+        end = time.monotonic() + WAIT_S
+        while time.monotonic() < end:
+            if self.file.exists():
+                try:
+                    return json.loads(self.file.read_text())["address"]
+                except (ValueError, KeyError):
+                    pass  # still being written
+            if self.scheduler.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError("dask scheduler did not start")
+
+    def close(self):
+        if getattr(self, "client", None) is not None:
+            self.client.close()
+        for proc in [*self.workers.values(), self.scheduler]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.workers.values(), self.scheduler]:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["md", "csv"])
+def test_same_bytes_in_process_on_local_cluster_and_on_scheduler(tmp_path, cluster, fmt):
+    folder = batch(tmp_path)
+    runs = {
+        "in process": report(folder, tmp_path / "one", "--workers", 1, "--format", fmt),
+        "local cluster": report(folder, tmp_path / "two", "--workers", 2, "--format", fmt),
+        "dask scheduler": report(folder, tmp_path / "sched", "--scheduler", cluster.address, "--format", fmt),
+    }
+    ref_code, ref_err, ref_files = runs["in process"]
+    assert ref_code == 1, ref_err  # the corrupt export is skipped, the others reported
+    assert f"skipped {folder / '01_broken.sqlite'}" in ref_err and "Traceback" not in ref_err
+    assert len(ref_files) == 1 if fmt == "md" else len(ref_files) > 10
+    listed = ref_files["report.md"] if fmt == "md" else ref_files["report.skipped_inputs.csv"]
+    assert b"01_broken.sqlite" in listed
+    for mode, (code, err, files) in runs.items():
+        assert code == 1 and "Traceback" not in err, (mode, err)
+        assert [ln for ln in err.splitlines() if ln.startswith("skipped")] == [
+            ln for ln in ref_err.splitlines() if ln.startswith("skipped")
+        ], mode
+        assert files == ref_files, mode
+    prefixes = cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
+    assert any("guarded" in p for p in prefixes), prefixes  # the scheduler ran the report's tasks
+
+
+@pytest.mark.slow
+def test_killed_worker_still_gives_the_complete_report(tmp_path, cluster):
+    folder = batch(tmp_path, copies=3, corrupt=False)
+    ref_code, _, ref_files = report(folder, tmp_path / "ref", "--workers", 1)
+    assert ref_code == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler_kit", "report", str(folder), "-o", str(tmp_path / "out"), "--no-html",
+         "--scheduler", cluster.address],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        victim = _kill_a_busy_worker(cluster, proc)
+        _, err = proc.communicate(timeout=WAIT_S * 3)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert victim is not None, "no task ever ran on a worker"
+    assert cluster.workers[victim].wait(timeout=10) == -signal.SIGKILL
+    assert proc.returncode == 0, err
+    assert "skipped" not in err and "Traceback" not in err
+    out = tmp_path / "out"
+    assert {p.name: p.read_bytes() for p in sorted(out.iterdir())} == ref_files
+
+
+def _kill_a_busy_worker(cluster: Cluster, proc) -> str | None:
+    """SIGKILL the first worker seen running one of the report's tasks; its name (None if none was seen)."""
+    end = time.monotonic() + WAIT_S
+    while time.monotonic() < end and proc.poll() is None:
+        busy = cluster.client.processing()
+        names = {addr: info["name"] for addr, info in cluster.client.scheduler_info()["workers"].items()}
+        for addr, keys in busy.items():
+            if keys:
+                name = names[addr]
+                cluster.workers[name].send_signal(signal.SIGKILL)
+                return name
+        time.sleep(0.02)
+    return None
+
+
+def test_default_workers_start_a_cluster_only_for_several_big_inputs(tmp_path):
+    from profiler_kit.parallel import CLUSTER_MIN_BYTES, default_workers
+
+    small = [tmp_path / f"s{i}.sqlite" for i in range(3)]
+    big = [tmp_path / f"b{i}.sqlite" for i in range(3)]
+    for p in small:
+        p.write_bytes(b"x")
+    for p in big:
+        with p.open("wb") as f:
+            f.truncate(CLUSTER_MIN_BYTES // 2)  # sparse: no disk used
+    assert default_workers(small, cores=2) == 1  # a cluster's start would cost more than it saves
+    assert default_workers(big[:1], cores=8) == 1  # one input: never a cluster
+    assert default_workers(big, cores=2) == 2
+    assert default_workers(big, cores=8) == 3  # no more workers than inputs
+    assert default_workers(big, cores=1) == 1
+
+
+def test_unreachable_scheduler_is_one_error_line(tmp_path, monkeypatch):
+    import socket
+
+    from profiler_kit import parallel
+
+    monkeypatch.setattr(parallel, "SCHEDULER_TIMEOUT_S", 1)
+    with socket.socket() as s:  # a free port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, err, files = report(batch(tmp_path), tmp_path / "out", "--scheduler", f"tcp://127.0.0.1:{port}")
+    assert code == 2 and files == {}
+    assert (
+        err.startswith(f"Error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}")
+        and len(err.splitlines()) == 1
+    )
+
+
+def test_page_reader_leaves_a_mapping_still_viewed(tmp_path, monkeypatch):
+    """A Dask worker's sampling profiler can hold the reader's frame (and its view of the mapped file) when the
+    mapping closes: mmap.close raised BufferError there, and a good export was skipped as corrupt."""
+    from analyze import sqlite_pages
+
+    held = []
+    monkeypatch.setattr(sqlite_pages, "_read", lambda buf, *a: held.append(buf) or {"x": buf[:1].astype("i8")})
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"\0" * 4096)
+    assert sqlite_pages.read_integer_columns(path, 1, {"x": 0}, 1)["x"].tolist() == [0]
+    assert held[0][0] == 0  # the view still reads the file
