@@ -13,6 +13,7 @@ import pandas as pd
 
 from analyze.breakdown import TABLES, gemm_vs_elementwise
 from analyze.range_groups import group_numbered_ranges
+from profiler_kit.build_findings import diagnose, findings_section, findings_text
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -88,7 +89,12 @@ def trace_section(res: TraceResult, top: int) -> Section:
     version = meta.get("nsys_version") or meta.get("schema_version") or ""
     sec = Section(
         res.label,
-        text=[f"Source: `{res.source}` ({meta.get('format', '?')} {version})".rstrip(), *findings(res)],
+        text=[
+            f"Source: `{res.source}` ({meta.get('format', '?')} {version})".rstrip(),
+            *findings_text(t),
+            *findings(res),
+        ],
+        sections=[findings_section(res.label, t)] if "findings" in t else [],  # the "why is it slow" tables first
     )
     summary = t["summary"][
         [
@@ -433,6 +439,7 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None
         try:
             trace = read_trace(src, details=False, cache=cache, runtime_later=True)
             tables = analyze_trace(trace, REPORT_TABLES)
+            tables |= diagnose(trace, tables["ops"], tables.get("categories"))  # profiler_kit/build_findings.py
         except READ_ERRORS as err:
             if skip is None:
                 raise

@@ -1,0 +1,210 @@
+"""Launch statistics: how long the host takes to launch each GPU op, and how long the op waits after it.
+
+Definitions follow Holistic Trace Analysis (HTA 0.5.0, ``CudaKernelAnalysis.cuda_kernel_launch_stats``):
+the launch delay of an op is its GPU start minus the end of the runtime call that launched it (same
+correlation id), clipped at 0; its launch CPU time is that call's duration. A short kernel runs for less
+time on the GPU than its launch call took on the CPU (HTA: "GPU events with a shorter duration than the
+corresponding CPU events"; TraceLens' short-kernel study): a stream of them keeps the GPU waiting on the
+host however fast the GPU is. Outliers use HTA's default cut-offs (launch call over 50 us, delay over 100 us).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyze.projection import launches
+
+# HTA's get_cuda_kernel_launch_stats looks only at these calls (nsys adds a version suffix: "_v7000").
+HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
+RUNTIME_OUTLIER_NS = 50_000  # HTA runtime_cutoff default (50 us)
+LAUNCH_DELAY_OUTLIER_NS = 100_000  # HTA launch_delay_cutoff default (100 us)
+
+LAUNCH_COLUMNS = [
+    "op_row",
+    "pid",
+    "tid",
+    "device_id",
+    "stream_id",
+    "correlation_id",
+    "is_kernel",
+    "launch_call",
+    "launch_start_ns",
+    "launch_end_ns",
+    "cpu_ns",
+    "gpu_start_ns",
+    "gpu_ns",
+    "launch_delay_ns",
+    "short",
+]
+
+
+def launch_table(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+    """One row per GPU op matched to its launching runtime call (LAUNCH_COLUMNS).
+
+    The match is ``analyze.projection.launches`` (pid and correlation id, first runtime row wins): given
+    each runtime row's number in place of its start time, it hands back the matched rows, whose name,
+    start and end are then read here. Ops with no launch in the trace are left out.
+    """
+    if ops.empty or runtime.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in LAUNCH_COLUMNS})
+    numbered = pd.DataFrame(
+        {
+            "start_ns": np.arange(len(runtime), dtype=np.int64),  # launches() gathers this: the runtime row
+            "end_ns": runtime["end_ns"].to_numpy(),
+            "pid": runtime["pid"].to_numpy(),
+            "tid": runtime["tid"].to_numpy(),
+            "correlation_id": runtime["correlation_id"].to_numpy(),
+        },
+        copy=False,
+    )
+    matched = launches(ops[["correlation_id", "pid"]], numbered)
+    rt = matched["launch_start_ns"].to_numpy()
+    op_row = matched["op_row"].to_numpy()
+    start = ops["start_ns"].to_numpy()[op_row]
+    launch_start = runtime["start_ns"].to_numpy()[rt]
+    launch_end = runtime["end_ns"].to_numpy()[rt]
+    cpu = launch_end - launch_start
+    gpu = ops["duration_ns"].to_numpy()[op_row]
+    names = runtime["name"]
+    call = names.cat.codes.to_numpy()[rt] if isinstance(names.dtype, pd.CategoricalDtype) else None
+    return pd.DataFrame(
+        {
+            "op_row": op_row,
+            "pid": matched["pid"].to_numpy(),
+            "tid": matched["tid"].to_numpy(),
+            "device_id": ops["device_id"].to_numpy()[op_row],
+            "stream_id": ops["stream_id"].to_numpy()[op_row],
+            "correlation_id": ops["correlation_id"].to_numpy()[op_row],
+            "is_kernel": ops["is_kernel"].to_numpy(dtype=bool)[op_row],
+            "launch_call": pd.Categorical.from_codes(call, names.cat.categories)
+            if call is not None
+            else pd.Categorical(names.to_numpy()[rt]),
+            "launch_start_ns": launch_start,
+            "launch_end_ns": launch_end,
+            "cpu_ns": cpu,
+            "gpu_start_ns": start,
+            "gpu_ns": gpu,
+            "launch_delay_ns": np.maximum(start - launch_end, 0),
+            "short": gpu < cpu,
+        },
+        copy=False,
+    )
+
+
+def base_call(names: pd.Series) -> pd.Series:
+    """Runtime call names without nsys' version suffix ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel")."""
+    return names.astype(str).str.replace(r"_v\d+$", "", regex=True)
+
+
+def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
+    """Per launching call: ops, launch CPU time and delay (total, mean, median, max), short ops and outliers."""
+    cols = [
+        "launch_call",
+        "ops",
+        "cpu_total_ns",
+        "cpu_mean_ns",
+        "cpu_median_ns",
+        "gpu_total_ns",
+        "delay_mean_ns",
+        "delay_median_ns",
+        "delay_max_ns",
+        "short_ops",
+        "short_frac",
+        "cpu_outliers",
+        "delay_outliers",
+    ]
+    if launched.empty:
+        return pd.DataFrame(columns=cols)
+    df = launched.assign(
+        launch_call=base_call(launched["launch_call"]),
+        cpu_outlier=launched["cpu_ns"] > RUNTIME_OUTLIER_NS,
+        delay_outlier=launched["launch_delay_ns"] > LAUNCH_DELAY_OUTLIER_NS,
+    )
+    g = df.groupby("launch_call", sort=False, observed=True)
+    out = pd.DataFrame(
+        {
+            "ops": g.size(),
+            "cpu_total_ns": g["cpu_ns"].sum(),
+            "cpu_mean_ns": g["cpu_ns"].mean(),
+            "cpu_median_ns": g["cpu_ns"].median(),
+            "gpu_total_ns": g["gpu_ns"].sum(),
+            "delay_mean_ns": g["launch_delay_ns"].mean(),
+            "delay_median_ns": g["launch_delay_ns"].median(),
+            "delay_max_ns": g["launch_delay_ns"].max(),
+            "short_ops": g["short"].sum(),
+            "cpu_outliers": g["cpu_outlier"].sum(),
+            "delay_outliers": g["delay_outlier"].sum(),
+        }
+    )
+    out["short_frac"] = out["short_ops"] / out["ops"]
+    return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable")[cols].reset_index(drop=True)
+
+
+# A phase is launch-bound when its launch calls keep the CPU busier than its ops keep the GPU
+# (LAUNCH_BOUND_RATIO), or when most of its ops are shorter than their launch (SHORT_KERNEL_FRAC) and the
+# GPU starts them about as soon as they are launched (median delay under SHALLOW_QUEUE_NS: no queue to
+# hide the launch cost behind). With a deep queue short ops cost nothing: the GPU is the bottleneck.
+LAUNCH_BOUND_RATIO = 1.0
+SHORT_KERNEL_FRAC = 0.5
+SHALLOW_QUEUE_NS = 10_000
+
+
+def launch_phases(launched: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+    """Per phase name (forward, backward, ProfilerStep#N...): the ops launched while it was open, on its process.
+
+    Columns: phase, instances, ops, cpu_launch_ns (launch calls' time), gpu_ns (the ops' GPU time),
+    short_frac, delay_median_ns, launch_over_gpu (cpu_launch_ns / gpu_ns) and verdict ("launch-bound"
+    by the rule above LAUNCH_BOUND_RATIO, else "GPU-bound"; "no ops" when it launched none).
+    """
+    cols = [
+        "phase",
+        "instances",
+        "ops",
+        "cpu_launch_ns",
+        "gpu_ns",
+        "short_frac",
+        "delay_median_ns",
+        "launch_over_gpu",
+        "verdict",
+    ]
+    if launched.empty or phases.empty:
+        return pd.DataFrame(columns=cols)
+    order = np.argsort(launched["launch_start_ns"].to_numpy(), kind="stable")
+    ls = launched["launch_start_ns"].to_numpy()[order]
+    lpid = launched["pid"].to_numpy()[order]
+    cpu, gpu = launched["cpu_ns"].to_numpy()[order], launched["gpu_ns"].to_numpy()[order]
+    short, delay = launched["short"].to_numpy(dtype=bool)[order], launched["launch_delay_ns"].to_numpy()[order]
+    lo = np.searchsorted(ls, phases["start_ns"].to_numpy(), "left")
+    hi = np.searchsorted(ls, phases["end_ns"].to_numpy(), "left")
+    acc: dict[str, list] = {}
+    names = phases["name"].astype(str).str.replace(r"#\d+$", "#N", regex=True)  # ProfilerStep#3 -> ProfilerStep#N
+    for name, pid, a, b in zip(names, phases["pid"].to_numpy(), lo, hi, strict=True):
+        own = np.flatnonzero(lpid[a:b] == pid) + a
+        row = acc.setdefault(name, [0, []])
+        row[0] += 1
+        row[1].append(own)
+    rows = []
+    for name, (instances, parts) in acc.items():
+        idx = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        c, g = int(cpu[idx].sum()), int(gpu[idx].sum())
+        kern = len(idx)
+        short_frac = float(short[idx].mean()) if kern else np.nan
+        ratio = c / g if g else np.nan
+        delay_median = float(np.median(delay[idx])) if kern else np.nan
+        shallow = short_frac >= SHORT_KERNEL_FRAC and delay_median < SHALLOW_QUEUE_NS
+        bound = kern > 0 and ((g > 0 and ratio >= LAUNCH_BOUND_RATIO) or shallow)
+        rows.append(
+            {
+                "phase": name,
+                "instances": instances,
+                "ops": kern,
+                "cpu_launch_ns": c,
+                "gpu_ns": g,
+                "short_frac": short_frac,
+                "delay_median_ns": delay_median,
+                "launch_over_gpu": ratio,
+                "verdict": ("launch-bound" if bound else "GPU-bound") if kern else "no ops",
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)

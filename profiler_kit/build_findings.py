@@ -1,0 +1,100 @@
+"""The "why is it slow" part of each trace's report section: ranked findings, then the tables behind them.
+
+``diagnose`` runs the analyses (analyze.idle, analyze.launches, analyze.copies, analyze.findings) on one
+trace's normalized tables and returns their tables by name; ``findings_text`` and ``findings_section``
+word and lay them out. No number is computed here.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analyze.breakdown import phase_ranges
+from analyze.copies import copy_bandwidth
+from analyze.findings import rank_findings
+from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
+from analyze.launches import launch_phases, launch_table, summarize_launches
+from analyze.tables import Trace
+from profiler_kit.report import Section, Table
+
+DIAGNOSIS_TABLES = (
+    "findings",
+    "temporal",
+    "temporal_steps",
+    "idle",
+    "idle_classes",
+    "launch_calls",
+    "launch_phases",
+    "copies",
+)
+
+
+def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``."""
+    launched = launch_table(ops, trace.runtime)
+    temporal = temporal_breakdown(ops)
+    idle = idle_breakdown(ops, launched)
+    steps = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
+    short = launched[launched["short"].to_numpy(dtype=bool)] if len(launched) else launched
+    out = {
+        "temporal": temporal,
+        "temporal_steps": steps,
+        "idle": idle,
+        "idle_classes": idle_totals(idle),
+        "launch_calls": summarize_launches(launched),
+        "launch_phases": launch_phases(launched, phase_ranges(trace.nvtx)),
+        "copies": copy_bandwidth(trace.memops),
+    }
+    excess = int((short["cpu_ns"] - short["gpu_ns"]).sum()) if len(short) else 0
+    out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": excess})
+    return {name: out[name] for name in DIAGNOSIS_TABLES}
+
+
+def findings_text(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """One line per finding, costliest first (none when the trace was not diagnosed)."""
+    f = tables.get("findings")
+    if f is None:
+        return []
+    if f.empty:
+        return ["Findings: none of the checks in analyze/findings.py FINDINGS reached its threshold."]
+    return [
+        f"Finding {int(r['rank'])}: {r['finding']}: {r['cost_ns'] / 1e6:.3f} ms, {100 * r['share_frac']:.1f}% of "
+        f"the GPU span ({r['detail']}). Usual fix: {r['fix']}."
+        for _, r in f.iterrows()
+    ]
+
+
+NOTES = {
+    "findings": "Ranked by measured cost; thresholds (share of the GPU span) in analyze/findings.py FINDINGS.",
+    "temporal": "Per process and GPU over its first-to-last op span (HTA temporal breakdown): compute = kernels "
+    "other than communication; non-compute = memcpy/memset and communication not under compute.",
+    "temporal_steps": "Each step's GPU window: from the first op it launched to the next step's first op.",
+    "idle": "Gaps between consecutive ops of a stream (HTA idle time breakdown): host_wait = launched after the "
+    "previous op ended; kernel_wait = gap under 30 ns; other = queued but waiting (other stream, sync).",
+    "idle_classes": "Idle time per class, summed over streams.",
+    "launch_calls": "Launch delay = GPU start - end of the launching call (clipped at 0); short = GPU time under "
+    "the call's CPU time; outliers: call > 50 us, delay > 100 us (HTA defaults).",
+    "launch_phases": "Ops launched while each phase range was open; launch-bound when launch CPU time >= GPU time, "
+    "or most ops are short and start within 10 us of their launch.",
+    "copies": "Bandwidth while copying (bytes / copy time); ceiling = best single copy of >= 1 MiB in this trace.",
+}
+TITLES = {
+    "findings": "Findings",
+    "temporal": "Temporal breakdown per GPU",
+    "temporal_steps": "Temporal breakdown per step",
+    "idle": "Idle time per stream",
+    "idle_classes": "Idle time by cause",
+    "launch_calls": "Launch statistics per launching call",
+    "launch_phases": "Launch-bound verdict per phase",
+    "copies": "Memcpy bandwidth per kind",
+}
+
+
+def findings_section(label: str, tables: dict[str, pd.DataFrame]) -> Section:
+    """The tables behind the findings, each keyed for CSV/JSON output."""
+    sec = Section("Why is it slow")
+    for name in DIAGNOSIS_TABLES:
+        df = tables.get(name)
+        if df is not None and len(df):
+            sec.tables.append(Table(TITLES[name], df, note=NOTES[name], key=f"{label}_{name}"))
+    return sec
