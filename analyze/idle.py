@@ -12,7 +12,7 @@ one class:
 
 - host_wait: the runtime call that launched the op started after the previous op ended: the GPU had
   nothing queued because the host had not issued the op yet;
-- kernel_wait: otherwise, when the gap is shorter than ``kernel_wait_ns`` (HTA: 30 ns): the back-to-back
+- kernel_wait: otherwise, when the gap is shorter than ``kernel_wait_ns`` (HTA: 30, in its microseconds): the back-to-back
   launch overhead of the GPU itself;
 - other: every other gap: the op was queued but waited, on another stream (event waits), a
   synchronization, or a copy engine.
@@ -29,7 +29,9 @@ from analyze.intervals import interval_union, union_length
 from analyze.tables import one_value
 
 NON_COMPUTE_CATEGORIES = ("communication",)  # kernels that do not compute (memcpy/memset are not kernels)
-KERNEL_WAIT_NS = 30  # HTA consecutive_kernel_delay default
+KERNEL_WAIT_NS = (
+    30_000  # HTA consecutive_kernel_delay=30 (documented as ns, compared with its microsecond times: 30 us)
+)
 IDLE_CLASSES = ("host_wait", "kernel_wait", "other")
 STEP_RANGE = re.compile(r"^(ProfilerStep#\d+|step)$")  # Kineto's steps, the workloads' NVTX "step"
 
@@ -161,8 +163,8 @@ def step_windows(steps: pd.DataFrame, launched: pd.DataFrame, ops: pd.DataFrame)
             mine = own[dev[own] == d]
             out.append([int(pid), int(d), name, int(gstart[mine].min()), int(gend[mine].max())])
     df = pd.DataFrame(out, columns=cols).sort_values(["pid", "device_id", "start_ns"], kind="stable")
-    nxt = df.groupby(["pid", "device_id"])["start_ns"].shift(-1)
-    df["end_ns"] = np.where(nxt.notna(), nxt.fillna(0).astype("int64"), df["end_ns"])
+    nxt = df.groupby(["pid", "device_id"])["start_ns"].shift(-1, fill_value=-1).to_numpy()  # int64: no float
+    df["end_ns"] = np.where(nxt >= 0, nxt, df["end_ns"].to_numpy())
     return df.reset_index(drop=True)
 
 

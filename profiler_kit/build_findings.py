@@ -70,7 +70,7 @@ NOTES = {
     "other than communication; non-compute = memcpy/memset and communication not under compute.",
     "temporal_steps": "Each step's GPU window: from the first op it launched to the next step's first op.",
     "idle": "Gaps between consecutive ops of a stream (HTA idle time breakdown): host_wait = launched after the "
-    "previous op ended; kernel_wait = gap under 30 ns; other = queued but waiting (other stream, sync).",
+    "previous op ended; kernel_wait = gap under 30 us; other = queued but waiting (other stream, sync).",
     "idle_classes": "Idle time per class, summed over streams.",
     "launch_calls": "Launch delay = GPU start - end of the launching call (clipped at 0); short = GPU time under "
     "the call's CPU time; outliers: call > 50 us, delay > 100 us (HTA defaults).",
