@@ -206,26 +206,49 @@ def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: in
     """
     if ops.empty:
         return pd.DataFrame(columns=IDLE_COLUMNS)
-    launch_start = np.full(len(ops), np.iinfo(np.int64).min, dtype=np.int64)
+    n = len(ops)
+    launch_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     if len(launched):
         launch_start[launched["op_row"].to_numpy()] = launched["launch_start_ns"].to_numpy()
-    pid, dev, stream = (np.asarray(ops[c].to_numpy()) for c in ("pid", "device_id", "stream_id"))
-    pid, dev = np.broadcast_to(pid, len(ops)), np.broadcast_to(dev, len(ops))
-    order = np.lexsort((ops["start_ns"].to_numpy(), stream, dev, pid))
-    p, d, s = pid[order], dev[order], stream[order]
-    start, end, ls = ops["start_ns"].to_numpy()[order], ops["end_ns"].to_numpy()[order], launch_start[order]
-    same = (p[1:] == p[:-1]) & (d[1:] == d[:-1]) & (s[1:] == s[:-1])  # op i+1 follows op i on its stream
+    # one integer code per (pid, device, stream): a sort by (code, start) puts each stream's ops in order
+    keys = [np.asarray(ops[c].to_numpy()) for c in ("pid", "device_id", "stream_id")]
+    varying = [k for k in keys if not one_value(k)]
+    if not varying:
+        code, n_codes = np.zeros(n, dtype=np.int64), 1
+    else:
+        code, uniques = pd.MultiIndex.from_arrays(varying).factorize() if len(varying) > 1 else pd.factorize(varying[0])
+        n_codes = len(uniques)
+    start = ops["start_ns"].to_numpy()
+    # sorted by start (timsort: nearly in order already), then stably by stream code (radix sort on small ints)
+    by_start = np.argsort(start, kind="stable")
+    small = code.astype(np.int16) if n_codes < 2**15 else code
+    order = by_start[np.argsort(small[by_start], kind="stable")]
+    c, start, end, ls = code[order], start[order], ops["end_ns"].to_numpy()[order], launch_start[order]
+    same = c[1:] == c[:-1]  # op i+1 follows op i on its stream
     prev_end = end[:-1][same]
     gap = np.maximum(start[1:][same] - prev_end, 0)
     host = ls[1:][same] > prev_end
     cls = np.where(host, 0, np.where(gap < kernel_wait_ns, 1, 2))
-    df = pd.DataFrame({"pid": p[1:][same], "device_id": d[1:][same], "stream_id": s[1:][same], "cls": cls, "gap": gap})
-    g = df.groupby(["pid", "device_id", "stream_id", "cls"], sort=True)
-    out = pd.DataFrame({"gaps": g.size(), "idle_ns": g["gap"].sum()}).reset_index()
-    out["idle_class"] = np.asarray(IDLE_CLASSES)[out["cls"].to_numpy()]
+    slot = c[1:][same] * 3 + cls
+    gaps = np.bincount(slot, minlength=3 * n_codes)
+    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes)  # float64: exact below 2**53 ns (104 days)
+    kept = np.flatnonzero(gaps)
+    first = np.zeros(n_codes, dtype=np.int64)  # a row of each stream, for its pid, device and stream
+    first[c[::-1]] = order[::-1]
+    rows = first[kept // 3]
+    out = pd.DataFrame(
+        {
+            "pid": np.broadcast_to(keys[0], n)[rows],
+            "device_id": np.broadcast_to(keys[1], n)[rows],
+            "stream_id": np.broadcast_to(keys[2], n)[rows],
+            "idle_class": np.asarray(IDLE_CLASSES)[kept % 3],
+            "gaps": gaps[kept],
+            "idle_ns": idle[kept].astype(np.int64),
+        }
+    )
     total = out.groupby(["pid", "device_id", "stream_id"])["idle_ns"].transform("sum")
     out["idle_frac"] = out["idle_ns"] / total.where(total > 0)
-    return out[IDLE_COLUMNS]
+    return out.sort_values(["pid", "device_id", "stream_id"], kind="stable").reset_index(drop=True)[IDLE_COLUMNS]
 
 
 def idle_totals(idle: pd.DataFrame) -> pd.DataFrame:

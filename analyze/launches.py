@@ -116,29 +116,42 @@ def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
     ]
     if launched.empty:
         return pd.DataFrame(columns=cols)
-    df = launched.assign(
-        launch_call=base_call(launched["launch_call"]),
-        cpu_outlier=launched["cpu_ns"] > RUNTIME_OUTLIER_NS,
-        delay_outlier=launched["launch_delay_ns"] > LAUNCH_DELAY_OUTLIER_NS,
-    )
-    g = df.groupby("launch_call", sort=False, observed=True)
+    calls = pd.Categorical(launched["launch_call"])
+    names = base_call(pd.Series(calls.categories))  # per distinct name, not per row
+    group, labels = pd.factorize(names)
+    key = group[calls.codes]
+    n = len(labels)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(key, weights=values, minlength=n)
+
+    ops = np.bincount(key, minlength=n)
+    per = np.maximum(ops, 1)  # names with no op (categories unused here) are dropped below
+    cpu, gpu, delay = (launched[c].to_numpy() for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
+    groups = [key == g for g in range(n)]  # few distinct calls: a mask each beats a groupby's sort
+
+    def per_group(fn, values: np.ndarray) -> np.ndarray:
+        return np.array([fn(values[m]) if ops[g] else np.nan for g, m in enumerate(groups)], dtype=float)
+
     out = pd.DataFrame(
         {
-            "ops": g.size(),
-            "cpu_total_ns": g["cpu_ns"].sum(),
-            "cpu_mean_ns": g["cpu_ns"].mean(),
-            "cpu_median_ns": g["cpu_ns"].median(),
-            "gpu_total_ns": g["gpu_ns"].sum(),
-            "delay_mean_ns": g["launch_delay_ns"].mean(),
-            "delay_median_ns": g["launch_delay_ns"].median(),
-            "delay_max_ns": g["launch_delay_ns"].max(),
-            "short_ops": g["short"].sum(),
-            "cpu_outliers": g["cpu_outlier"].sum(),
-            "delay_outliers": g["delay_outlier"].sum(),
+            "launch_call": labels,
+            "ops": ops,
+            "cpu_total_ns": total(cpu).astype(np.int64),
+            "cpu_mean_ns": total(cpu) / per,
+            "cpu_median_ns": per_group(np.median, cpu),
+            "gpu_total_ns": total(gpu).astype(np.int64),
+            "delay_mean_ns": total(delay) / per,
+            "delay_median_ns": per_group(np.median, delay),
+            "delay_max_ns": per_group(np.max, delay),
+            "short_ops": np.bincount(key[launched["short"].to_numpy(dtype=bool)], minlength=n),
+            "cpu_outliers": np.bincount(key[cpu > RUNTIME_OUTLIER_NS], minlength=n),
+            "delay_outliers": np.bincount(key[delay > LAUNCH_DELAY_OUTLIER_NS], minlength=n),
         }
     )
+    out = out[out["ops"] > 0]
     out["short_frac"] = out["short_ops"] / out["ops"]
-    return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable")[cols].reset_index(drop=True)
+    return out.sort_values("cpu_total_ns", ascending=False, kind="stable")[cols].reset_index(drop=True)
 
 
 # A phase is launch-bound when its launch calls keep the CPU busier than its ops keep the GPU

@@ -27,6 +27,7 @@ from analyze.breakdown import gpu_ops
 from analyze.copies import copy_bandwidth
 from analyze.findings import FINDINGS, MEASURES, rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
+from analyze.intervals import union_length
 from analyze.kineto import read_kineto
 from analyze.launches import launch_phases, launch_table, summarize_launches
 from analyze.tables import KERNELS, MEMOPS, NVTX_RANGES, RUNTIME, Trace, validate
@@ -276,8 +277,7 @@ def test_real_traces_add_up(path):
     assert (tb["compute_ns"] + tb["non_compute_ns"] + tb["idle_ns"] == tb["span_ns"]).all()
     assert (tb["comm_exposed_ns"] <= tb["comm_ns"]).all() and (tb["non_compute_ns"] >= 0).all()
     assert tb["busy_ns"].sum() == sum(
-        __import__("analyze.intervals", fromlist=["union_length"]).union_length(g["start_ns"], g["end_ns"])
-        for _, g in ops.groupby(["pid", "device_id"])
+        union_length(g["start_ns"], g["end_ns"]) for _, g in ops.groupby(["pid", "device_id"])
     )
     steps = tables["temporal_steps"]
     for (pid, dev), g in steps.groupby(["pid", "device_id"]):
@@ -286,7 +286,7 @@ def test_real_traces_add_up(path):
     assert (tables["idle"]["idle_ns"] >= 0).all()
     launched = launch_table(ops, trace.runtime)
     assert (launched["launch_delay_ns"] >= 0).all()
-    if len(launched):  # every matched op's launch call ends before... or while it runs
+    if len(launched):  # a launch call starts before its op (a few clock-skewed exceptions are tolerated)
         assert (launched["launch_start_ns"] <= launched["gpu_start_ns"]).mean() > 0.99
     f = tables["findings"]
     assert (f["share_frac"] >= f["threshold_frac"]).all()
