@@ -221,3 +221,62 @@ def launch_phases(launched: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=cols)
+
+
+HTA_QUEUE_CALLS = (*HTA_LAUNCH_CALLS, "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel")
+MAX_QUEUE_LENGTH = 1024  # the CUDA launch queue depth HTA's get_time_spent_blocked_on_full_queue is given
+QUEUE_COLUMNS = [
+    "pid",
+    "device_id",
+    "stream_id",
+    "ops",
+    "max_length",
+    "mean_length",
+    "event_mean_length",
+    "span_ns",
+    "full_ns",
+    "full_frac",
+]
+
+
+def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGTH) -> pd.DataFrame:
+    """Per stream, the ops launched and not yet started over time (HTA ``get_queue_length_time_series``).
+
+    Each launch call's start adds one to its op's stream queue, the op's GPU start takes it off (HTA's
+    definition: the queue holds what the host has issued and the GPU has not begun). ``mean_length`` is
+    weighted by time, ``event_mean_length`` is the mean over change points (HTA's summary ``describe()``),
+    ``full_ns`` the time the queue held ``max_queue_length`` ops or more (HTA's blocked-on-full-queue time:
+    the host's next launch call then blocks) and ``full_frac`` its share of the stream's queue span.
+    """
+    if launched.empty:
+        return pd.DataFrame(columns=QUEUE_COLUMNS)
+    n = len(launched)
+    keys = [launched[c].to_numpy() for c in ("pid", "device_id", "stream_id")]
+    code, uniques = pd.MultiIndex.from_arrays(keys).factorize()
+    times = np.concatenate([launched["launch_start_ns"].to_numpy(), launched["gpu_start_ns"].to_numpy()])
+    delta = np.concatenate([np.ones(n, dtype=np.int64), -np.ones(n, dtype=np.int64)])
+    codes = np.concatenate([code, code])
+    order = np.lexsort((-delta, times, codes))  # per stream in time order; at a tie the launch first
+    t, d, c = times[order], delta[order], codes[order]
+    length = np.cumsum(d)  # each stream's events net to 0, so the running sum restarts at every stream
+    last = np.r_[c[1:] != c[:-1], True]
+    dur = np.where(last, 0, np.diff(t, append=t[-1]))
+    m = len(uniques)
+    span = np.bincount(c, weights=dur, minlength=m)
+    out = pd.DataFrame(
+        {
+            "pid": [u[0] for u in uniques],
+            "device_id": [u[1] for u in uniques],
+            "stream_id": [u[2] for u in uniques],
+            "ops": np.bincount(code, minlength=m),
+            "max_length": pd.Series(length).groupby(c).max().to_numpy(),
+            "mean_length": np.bincount(c, weights=length * dur, minlength=m) / np.where(span > 0, span, np.nan),
+            "event_mean_length": np.bincount(c, weights=length, minlength=m) / np.bincount(c, minlength=m),
+            "span_ns": span.astype(np.int64),
+            "full_ns": np.bincount(c, weights=np.where(length >= max_queue_length, dur, 0), minlength=m).astype(
+                np.int64
+            ),
+        }
+    )
+    out["full_frac"] = out["full_ns"] / out["span_ns"].where(out["span_ns"] > 0)
+    return out.sort_values("ops", ascending=False, kind="stable").reset_index(drop=True)[QUEUE_COLUMNS]

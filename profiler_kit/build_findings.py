@@ -13,8 +13,10 @@ from analyze.breakdown import phase_ranges
 from analyze.copies import copy_bandwidth
 from analyze.findings import rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
-from analyze.launches import launch_phases, launch_table, summarize_launches
+from analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
+from analyze.sequences import kernel_sequences
 from analyze.tables import Trace
+from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
 
 DIAGNOSIS_TABLES = (
@@ -26,6 +28,8 @@ DIAGNOSIS_TABLES = (
     "launch_calls",
     "launch_phases",
     "copies",
+    "queue",
+    "sequences",
 )
 
 
@@ -44,6 +48,8 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
         "launch_calls": summarize_launches(launched),
         "launch_phases": launch_phases(launched, phase_ranges(trace.nvtx)),
         "copies": copy_bandwidth(trace.memops),
+        "queue": queue_length(launched),
+        "sequences": kernel_sequences(ops),
     }
     excess = int((short["cpu_ns"] - short["gpu_ns"]).sum()) if len(short) else 0
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": excess})
@@ -77,6 +83,9 @@ NOTES = {
     "launch_phases": "Ops launched while each phase range was open; launch-bound when launch CPU time >= GPU time, "
     "or most ops are short and start within 10 us of their launch.",
     "copies": "Bandwidth while copying (bytes / copy time); ceiling = best single copy of >= 1 MiB in this trace.",
+    "queue": "Ops launched and not yet started per stream (HTA queue length); full = time at >= 1024 queued ops, "
+    "when the host's next launch blocks.",
+    "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates.",
 }
 TITLES = {
     "findings": "Findings",
@@ -87,6 +96,8 @@ TITLES = {
     "launch_calls": "Launch statistics per launching call",
     "launch_phases": "Launch-bound verdict per phase",
     "copies": "Memcpy bandwidth per kind",
+    "queue": "Launch queue length per stream",
+    "sequences": "Repeating kernel sequences",
 }
 
 
@@ -96,5 +107,9 @@ def findings_section(label: str, tables: dict[str, pd.DataFrame]) -> Section:
     for name in DIAGNOSIS_TABLES:
         df = tables.get(name)
         if df is not None and len(df):
+            if name == "sequences":  # kernel names shortened for reading; the full ones stay in the table data
+                df = df.assign(
+                    sequence=[" -> ".join(compact_name(k, 40) for k in s.split(" -> ")) for s in df["sequence"]]
+                )
             sec.tables.append(Table(TITLES[name], df, note=NOTES[name], key=f"{label}_{name}"))
     return sec

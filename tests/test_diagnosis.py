@@ -29,7 +29,8 @@ from analyze.findings import FINDINGS, MEASURES, rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
 from analyze.intervals import union_length
 from analyze.kineto import read_kineto
-from analyze.launches import launch_phases, launch_table, summarize_launches
+from analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
+from analyze.sequences import kernel_sequences
 from analyze.tables import KERNELS, MEMOPS, NVTX_RANGES, RUNTIME, Trace, validate
 from profiler_kit.build_findings import diagnose, findings_text
 from tests.conftest import FIXTURES, SHARED_DATA, shared_params
@@ -161,6 +162,27 @@ def test_launch_bound_verdict_per_phase(hand):
     assert got.loc["optimizer", "verdict"] == "launch-bound"
 
 
+def test_queue_length_by_hand(hand):
+    """Stream 7 events: launches at -50, 90, 120, 200, 790; GPU starts at 0, 150, 260, 700, 800.
+    Lengths 1,0,1,2,1,2,1,0,1,0 held for 50,90,30,30,50,60,440,90,10 ns."""
+    _, _, launched = hand
+    q = queue_length(launched, max_queue_length=2).set_index("stream_id")
+    assert (q.loc[7, "ops"], q.loc[7, "max_length"], q.loc[7, "span_ns"]) == (5, 2, 850)
+    assert q.loc[7, "mean_length"] == pytest.approx(760 / 850)
+    assert q.loc[7, "event_mean_length"] == pytest.approx(0.9)
+    assert q.loc[7, "full_ns"] == 90
+    assert q.loc[8, "max_length"] == 1
+
+
+def test_kernel_sequences_by_hand(hand):
+    _, ops, _ = hand
+    seq = kernel_sequences(ops, lengths=(3,))
+    # stream 7 runs five gemms: three overlapping windows of three, 240 + 240 + 143 ns
+    assert seq[["occurrences", "total_ns"]].values.tolist() == [[3, 623]]
+    assert seq["sequence"].iloc[0] == " -> ".join([GEMM] * 3)
+    assert kernel_sequences(ops, lengths=(6,)).empty  # no stream has six kernels
+
+
 def test_copy_bandwidth_by_hand(hand):
     trace, _, _ = hand
     row = copy_bandwidth(trace.memops).iloc[0]
@@ -203,6 +225,7 @@ def test_findings_below_threshold_are_left_out(hand):
 
 HTA = json.loads((FIXTURES / "hta" / "hta_figures.json").read_text())["traces"]
 HTA_CALLS = r"^(cudaLaunchKernel|cudaLaunchKernelExC|cudaMemcpyAsync|cudaMemsetAsync)(_v\d+)?$"
+HTA_QUEUE_CALLS = r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cudaMemcpyAsync|cudaMemsetAsync)(_v\d+)?$"
 
 
 def _launched_only(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
@@ -249,6 +272,17 @@ def test_matches_hta(name):
     for ours, theirs in [("cpu_ns", "cpu_duration_sum"), ("gpu_ns", "gpu_duration_sum")]:
         assert mine[ours].sum() == pytest.approx(hta["launch"][theirs] * 1000, abs=tol * len(mine) / 10 + 1)
     assert mine["launch_delay_ns"].sum() == pytest.approx(hta["launch"]["launch_delay_sum"] * 1000, rel=1e-6)
+    # queue length over the launches HTA counts (its runtime launch events)
+    queued = launched[launched["launch_call"].astype(str).str.match(HTA_QUEUE_CALLS).to_numpy(dtype=bool)]
+    q = queue_length(queued, max_queue_length=8).set_index("stream_id")
+    for h in hta["queue"]:
+        mine_q = q.loc[h["stream"]]
+        assert 2 * mine_q["ops"] == h["count"] and mine_q["max_length"] == h["max"]
+        # a launch and a GPU start at the same time: HTA's unstable sort orders them either way, which moves
+        # the mean over change points (not the time-weighted mean) a little on traces with whole-us times
+        assert mine_q["event_mean_length"] == pytest.approx(h["mean"], rel=1e-4)
+    for h in hta["queue_full_8"]:  # HTA keeps one stream per rank (its dict is keyed by rank)
+        assert abs(q.loc[h["stream"], "full_ns"] - h["duration_at_max_queue_length"] * 1000) <= tol * 20
 
 
 @pytest.mark.parametrize("name", ["facebookresearch__HolisticTraceAnalysis__nccl_data.json.gz"])
