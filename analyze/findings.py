@@ -61,6 +61,14 @@ FINDINGS = (  # first field: key of MEASURES; threshold: minimum cost / span
         "CUDA graphs, torch.compile, horizontal fusion of small ops (foreach optimizers)",
     ),
     (
+        "collective_wait",
+        0.05,
+        "collectives",
+        "Ranks waiting inside collectives for the last rank to arrive",
+        "find why the last rank is late (stragglers table: uneven work, host stalls, data loading on that rank); "
+        "balance the work; the wait is not communication and a faster network will not remove it",
+    ),
+    (
         "straggler",
         0.05,
         "temporal",
@@ -159,6 +167,20 @@ def _straggler(t: dict) -> tuple[float, str]:
     )
 
 
+def _collective_wait(t: dict) -> tuple[float, str]:
+    c = t.get("collectives")
+    if c is None or c.empty:
+        return 0.0, ""
+    s = t["stragglers"]
+    top = s.iloc[0] if len(s) else None
+    who = (
+        f"; rank {int(top['rank'])} arrived last at {100 * top['arrived_last_frac']:.0f}% of them"
+        if top is not None
+        else ""
+    )
+    return float(c["wait_total_ns"].sum()), f"{int(c['instances'].sum())} collectives{who}"
+
+
 MEASURES = {
     "launch_bound": _launch_bound,
     "gpu_idle_other": _gpu_idle_other,
@@ -166,6 +188,7 @@ MEASURES = {
     "host_to_device": _host_to_device,
     "memory_bound_ops": _memory_bound_ops,
     "short_kernels": _short_kernels,
+    "collective_wait": _collective_wait,
     "straggler": _straggler,
 }
 

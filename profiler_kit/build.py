@@ -13,7 +13,7 @@ import pandas as pd
 
 from analyze.breakdown import TABLES, gemm_vs_elementwise
 from analyze.range_groups import group_numbered_ranges
-from profiler_kit.build_findings import diagnose, findings_section, findings_text
+from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -404,6 +404,7 @@ def build_report(
     if len(results) > 1:
         report.sections.append(comparison_section(results))
     report.sections.extend(trace_section(r, top) for r in results)
+    report.sections.extend(cross_rank_sections(results))  # profiler_kit/build_findings.py
     report.sections.extend(extra or [])
     return report
 

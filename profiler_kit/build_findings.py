@@ -7,9 +7,11 @@ word and lay them out. No number is computed here.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analyze.breakdown import phase_ranges
+from analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
 from analyze.copies import copy_bandwidth
 from analyze.findings import rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
@@ -30,6 +32,8 @@ DIAGNOSIS_TABLES = (
     "copies",
     "queue",
     "sequences",
+    "collectives",
+    "stragglers",
 )
 
 
@@ -51,9 +55,52 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
         "queue": queue_length(launched),
         "sequences": kernel_sequences(ops),
     }
+    comm = trace_comm_kernels(trace, ops)
+    instances = collective_instances(comm)
+    out |= {"collectives": summarize_collectives(instances), "stragglers": stragglers(instances)}
     excess = int((short["cpu_ns"] - short["gpu_ns"]).sum()) if len(short) else 0
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": excess})
-    return {name: out[name] for name in DIAGNOSIS_TABLES}
+    return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": comm}
+
+
+def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """The trace's communication kernels with their rank: Kineto's own rank (distributedInfo.rank) when
+    the trace has one, else the processes numbered as ``analyze.ranks.rank_of_pid`` numbers them."""
+    from analyze.ranks import rank_of_pid
+
+    rank = trace.meta.get("rank")
+    if isinstance(rank, int) and rank >= 0:
+        return comm_kernels(ops, rank=rank)
+    kernels = ops[ops["is_kernel"].to_numpy(dtype=bool)]
+    pids = np.unique(np.asarray(kernels["pid"].to_numpy()))
+    return comm_kernels(ops, rank_of_pid=rank_of_pid(kernels) if len(pids) > 1 else None)
+
+
+def cross_rank_sections(results) -> list[Section]:
+    """Traces that are ranks of one run (Kineto files each with its distributedInfo.rank): communication per
+    rank, collective skew and stragglers across the files. [] unless two ranks or more are present."""
+    ranked = [r for r in results if isinstance(r.meta.get("rank"), int) and "comm_kernels" in r.tables]
+    if len({r.meta["rank"] for r in ranked}) < 2:
+        return []
+    per_rank = pd.concat(
+        [r.tables["temporal"].assign(rank=r.meta["rank"], trace=r.label) for r in ranked], ignore_index=True
+    )
+    per_rank["comm_hidden_frac"] = 1 - per_rank["comm_exposed_ns"] / per_rank["comm_ns"].where(per_rank["comm_ns"] > 0)
+    instances = collective_instances(pd.concat([r.tables["comm_kernels"] for r in ranked], ignore_index=True))
+    cols = ["rank", "trace", "span_ns", "compute_ns", "idle_ns", "comm_ns", "comm_exposed_ns", "comm_hidden_frac"]
+    sec = Section(
+        "Communication across ranks",
+        text=[
+            f"{len(ranked)} traces carry their rank (Kineto distributedInfo.rank). The k-th collective kernel of one "
+            "name on each rank is one collective instance; skew = last arrival - first, wait = time ranks spent "
+            "in the kernel before the last rank arrived (analyze/collectives.py)."
+        ],
+        tables=[Table("Communication per rank", per_rank.sort_values("rank")[cols], key="ranks_communication")],
+    )
+    if len(instances):
+        sec.tables.append(Table("Collectives by name", summarize_collectives(instances), key="ranks_collectives"))
+        sec.tables.append(Table("Ranks the others waited for", stragglers(instances), key="ranks_stragglers"))
+    return [sec]
 
 
 def findings_text(tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -86,6 +133,9 @@ NOTES = {
     "queue": "Ops launched and not yet started per stream (HTA queue length); full = time at >= 1024 queued ops, "
     "when the host's next launch blocks.",
     "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates.",
+    "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
+    "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
+    "stragglers": "How often each rank entered a collective last, and the others' wait then.",
 }
 TITLES = {
     "findings": "Findings",
@@ -98,6 +148,8 @@ TITLES = {
     "copies": "Memcpy bandwidth per kind",
     "queue": "Launch queue length per stream",
     "sequences": "Repeating kernel sequences",
+    "collectives": "Collective skew by name",
+    "stragglers": "Ranks the others waited for",
 }
 
 

@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from analyze.breakdown import gpu_ops
+from analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
 from analyze.copies import copy_bandwidth
 from analyze.findings import FINDINGS, MEASURES, rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
@@ -181,6 +182,68 @@ def test_kernel_sequences_by_hand(hand):
     assert seq[["occurrences", "total_ns"]].values.tolist() == [[3, 623]]
     assert seq["sequence"].iloc[0] == " -> ".join([GEMM] * 3)
     assert kernel_sequences(ops, lengths=(6,)).empty  # no stream has six kernels
+
+
+def _comm(rank: int, times: list[tuple[int, int]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {"rank": rank, "name": NCCL, "start_ns": [a for a, _ in times], "end_ns": [b for _, b in times]}
+    )
+
+
+def test_collective_skew_and_straggler_by_hand():
+    comm = pd.concat([_comm(0, [(100, 200), (500, 560)]), _comm(1, [(150, 205), (520, 565)])])
+    inst = collective_instances(comm)
+    assert inst[["instance", "skew_ns", "after_last_ns", "wait_ns", "last_rank"]].values.tolist() == [
+        [0, 50, 55, 50, 1],
+        [1, 20, 45, 20, 1],
+    ]
+    s = stragglers(inst).iloc[0]
+    assert (s["rank"], s["arrived_last"], s["others_waited_ns"]) == (1, 2, 70)
+    assert summarize_collectives(inst).iloc[0]["wait_total_ns"] == 70
+    assert collective_instances(_comm(0, [(1, 2)])).empty  # one rank: no instance to compare
+
+
+def test_comm_kernels_take_the_trace_rank(hand):
+    _, ops, _ = hand
+    assert comm_kernels(ops, rank=3)[["rank", "start_ns"]].values.tolist() == [[3, 280]]
+    assert comm_kernels(ops)["rank"].tolist() == [1]  # no rank known: the pid
+
+
+def test_cross_rank_section_from_two_rank_files(hand):
+    from profiler_kit.build import TraceResult
+    from profiler_kit.build_findings import cross_rank_sections
+
+    trace, ops, _ = hand
+    results = []
+    for rank, shift in ((0, 0), (1, 30)):
+        shifted = ops.assign(start_ns=ops["start_ns"] + shift, end_ns=ops["end_ns"] + shift)
+        tables = diagnose(trace, shifted)
+        tables["comm_kernels"] = comm_kernels(shifted, rank=rank)
+        results.append(TraceResult(f"rank{rank}.json", "", {"rank": rank}, tables))
+    (sec,) = cross_rank_sections(results)
+    by_key = {t.key: t.df for t in sec.tables}
+    assert by_key["ranks_communication"]["rank"].tolist() == [0, 1]
+    assert by_key["ranks_collectives"][["instances", "skew_total_ns", "wait_total_ns"]].values.tolist() == [[1, 30, 30]]
+    assert by_key["ranks_stragglers"]["rank"].tolist() == [1]
+    assert cross_rank_sections(results[:1]) == []
+
+
+def test_collectives_of_a_multi_process_export():
+    from analyze.sources import discover, read_trace
+
+    path = SHARED_DATA / "nsys_sqlite" / "lizhieffe__assignment2-systems__ddp53_profile.sqlite"
+    if not path.exists():
+        pytest.skip("../shared/data absent")
+    trace = read_trace(discover([path])[0])
+    ops = gpu_ops(trace)
+    tables = diagnose(trace, ops)
+    comm = tables["comm_kernels"]
+    assert sorted(comm["rank"].unique()) == [0, 1]
+    inst = collective_instances(comm)
+    per_rank = comm.groupby(["rank", "name"]).size().unstack(0)
+    assert len(inst) == int(per_rank.min(axis=1).sum())  # instances seen on both ranks
+    assert (inst["skew_ns"] >= 0).all() and (inst["wait_ns"] == inst["skew_ns"]).all()  # two ranks: wait = skew
+    assert tables["collectives"]["wait_total_ns"].sum() == inst["wait_ns"].sum()
 
 
 def test_copy_bandwidth_by_hand(hand):
