@@ -69,6 +69,14 @@ FINDINGS = (  # first field: key of MEASURES; threshold: minimum cost / span
         "balance the work; the wait is not communication and a faster network will not remove it",
     ),
     (
+        "below_roofline",
+        0.05,
+        "roofline",
+        "Matmuls and attention far below their roofline",
+        "shapes multiples of 8 (fp16/bf16) or 64; bf16 or TF32 instead of plain fp32 "
+        "(torch.backends.cuda.matmul.allow_tf32 = True); fewer, larger matmuls (batch them); FlashAttention",
+    ),
+    (
         "straggler",
         0.05,
         "temporal",
@@ -181,6 +189,25 @@ def _collective_wait(t: dict) -> tuple[float, str]:
     return float(c["wait_total_ns"].sum()), f"{int(c['instances'].sum())} collectives{who}"
 
 
+BELOW_ROOF_FRAC = 0.5  # an op under half of what the roofline allows at its intensity counts
+
+
+def _below_roofline(t: dict) -> tuple[float, str]:
+    """GPU time the slow matmul/attention ops would save at their roof: time x (1 - achieved / roof)."""
+    r = t.get("roofline")
+    if r is None or r.empty:
+        return 0.0, ""
+    slow = r[r["kind"].isin(["matmul", "attention"]) & (r["of_roof_frac"] < BELOW_ROOF_FRAC)]
+    if slow.empty:
+        return 0.0, ""
+    lost = float((slow["gpu_ns"] * (1 - slow["of_roof_frac"])).sum())
+    worst = slow.iloc[0]
+    return lost, (
+        f"{len(slow)} op shapes under {100 * BELOW_ROOF_FRAC:.0f}% of their roof; costliest {worst['op']} "
+        f"{worst['input_dims']} at {100 * worst['of_roof_frac']:.0f}%"
+    )
+
+
 MEASURES = {
     "launch_bound": _launch_bound,
     "gpu_idle_other": _gpu_idle_other,
@@ -189,6 +216,7 @@ MEASURES = {
     "memory_bound_ops": _memory_bound_ops,
     "short_kernels": _short_kernels,
     "collective_wait": _collective_wait,
+    "below_roofline": _below_roofline,
     "straggler": _straggler,
 }
 

@@ -129,6 +129,9 @@ def read_kineto(path: str | Path) -> Trace:
         trace.gpus = gpus
     if threads is not None:
         trace.threads = threads
+    shapes = _cpu_ops_with_shapes(path, by_cat)  # record_shapes traces only: for analyze/roofline.py
+    if shapes is not None:
+        trace.meta["cpu_ops"] = shapes
     return trace.validated()
 
 
@@ -412,3 +415,27 @@ def _meta(path: Path, doc: dict, by_cat: dict, main_pid: int) -> dict:
         meta["rank"] = _int(dist.get("rank"))
         meta["world_size"] = _int(dist.get("world_size"))
     return meta
+
+
+# --- Operator shapes (record_shapes=True), for the per-op roofline (analyze/roofline.py) --------------------
+SHAPE_OP_CATS = ("cpu_op",)
+
+
+def _cpu_ops_with_shapes(path: Path, by_cat: dict) -> pd.DataFrame | None:
+    """cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims and input_types (JSON text,
+    as recorded: one entry per argument, [] for scalars). None when the trace was made without shapes."""
+    events = [e for e in _pick(by_cat, SHAPE_OP_CATS) if "Input Dims" in _args(e)]
+    if not events:
+        return None
+    start, dur = _times(path, events, "cpu_op")
+    return pd.DataFrame(
+        {
+            "name": [str(e.get("name", "")) for e in events],
+            "start_ns": start,
+            "end_ns": start + dur,
+            "pid": _ints(e.get("pid") for e in events),
+            "tid": _ints(e.get("tid") for e in events),
+            "input_dims": [json.dumps(_args(e).get("Input Dims")) for e in events],
+            "input_types": [json.dumps(_args(e).get("Input type")) for e in events],
+        }
+    )

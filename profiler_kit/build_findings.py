@@ -16,6 +16,7 @@ from analyze.copies import copy_bandwidth
 from analyze.findings import rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
 from analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
+from analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
 from analyze.sequences import kernel_sequences
 from analyze.tables import Trace
 from profiler_kit.render.units import compact_name
@@ -34,6 +35,7 @@ DIAGNOSIS_TABLES = (
     "sequences",
     "collectives",
     "stragglers",
+    "roofline",
 )
 
 
@@ -58,9 +60,20 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
     comm = trace_comm_kernels(trace, ops)
     instances = collective_instances(comm)
     out |= {"collectives": summarize_collectives(instances), "stragglers": stragglers(instances)}
+    out["roofline"] = roofline(trace, ops)
     excess = int((short["cpu_ns"] - short["gpu_ns"]).sum()) if len(short) else 0
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": excess})
     return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": comm}
+
+
+def roofline(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """The per-op roofline when the trace recorded shapes (Kineto record_shapes=True), else no rows."""
+    cpu = trace.meta.get("cpu_ops")
+    if cpu is None:
+        return pd.DataFrame(columns=ROOFLINE_COLUMNS)
+    names = trace.gpus["name"].astype(str).tolist()
+    peaks = gpu_peaks(names[0]) if names else None
+    return summarize_roofline(cpu, op_gpu_time(cpu, trace.runtime, ops), peaks)
 
 
 def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
@@ -136,6 +149,8 @@ NOTES = {
     "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
     "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
     "stragglers": "How often each rank entered a collective last, and the others' wait then.",
+    "roofline": "Ops with recorded shapes (innermost with a formula); FLOPs as torch.utils.flop_counter, bytes = "
+    "inputs + output once; peaks from analyze/roofline.py GPU_PEAKS (dense datasheet figures).",
 }
 TITLES = {
     "findings": "Findings",
@@ -150,6 +165,7 @@ TITLES = {
     "sequences": "Repeating kernel sequences",
     "collectives": "Collective skew by name",
     "stragglers": "Ranks the others waited for",
+    "roofline": "Per-op roofline",
 }
 
 
