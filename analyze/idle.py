@@ -194,6 +194,30 @@ def temporal_by_step(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     return _fracs(pd.DataFrame(rows, columns=cols[:3] + TEMPORAL_COLUMNS[2:9]))[cols]
 
 
+def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """One integer code per distinct row of ``keys`` (pid, device, stream), their number, and the rows in
+    order of (code, time): sorted by time first (timsort: a trace's rows come nearly in order), then stably
+    by code (a radix sort on small integers). Much faster than ``np.lexsort`` on a million rows.
+    ``times`` None: the codes only (order None)."""
+    n = len(keys[0])
+    varying = [np.asarray(k) for k in keys if not one_value(k)]
+    if not varying:
+        code, n_codes = np.zeros(n, dtype=np.int64), 1
+    elif len(varying) == 1:
+        code, uniques = pd.factorize(varying[0])
+        n_codes = len(uniques)
+    else:
+        code, uniques = pd.MultiIndex.from_arrays(varying).factorize()
+        n_codes = len(uniques)
+    if times is None:
+        return code, n_codes, None
+    by_time = np.argsort(times, kind="stable")
+    if n_codes == 1:
+        return code, n_codes, by_time
+    small = code.astype(np.int16) if n_codes < 2**15 else code
+    return code, n_codes, by_time[np.argsort(small[by_time], kind="stable")]
+
+
 IDLE_COLUMNS = ["pid", "device_id", "stream_id", "idle_class", "gaps", "idle_ns", "idle_frac"]
 
 
@@ -210,19 +234,9 @@ def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: in
     launch_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     if len(launched):
         launch_start[launched["op_row"].to_numpy()] = launched["launch_start_ns"].to_numpy()
-    # one integer code per (pid, device, stream): a sort by (code, start) puts each stream's ops in order
-    keys = [np.asarray(ops[c].to_numpy()) for c in ("pid", "device_id", "stream_id")]
-    varying = [k for k in keys if not one_value(k)]
-    if not varying:
-        code, n_codes = np.zeros(n, dtype=np.int64), 1
-    else:
-        code, uniques = pd.MultiIndex.from_arrays(varying).factorize() if len(varying) > 1 else pd.factorize(varying[0])
-        n_codes = len(uniques)
+    keys = [np.broadcast_to(ops[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
     start = ops["start_ns"].to_numpy()
-    # sorted by start (timsort: nearly in order already), then stably by stream code (radix sort on small ints)
-    by_start = np.argsort(start, kind="stable")
-    small = code.astype(np.int16) if n_codes < 2**15 else code
-    order = by_start[np.argsort(small[by_start], kind="stable")]
+    code, n_codes, order = stream_order(keys, start)
     c, start, end, ls = code[order], start[order], ops["end_ns"].to_numpy()[order], launch_start[order]
     same = c[1:] == c[:-1]  # op i+1 follows op i on its stream
     prev_end = end[:-1][same]

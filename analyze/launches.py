@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.idle import stream_order
 from analyze.projection import launches
 
 # HTA's get_cuda_kernel_launch_stats looks only at these calls (nsys adds a version suffix: "_v7000").
@@ -239,6 +240,22 @@ QUEUE_COLUMNS = [
 ]
 
 
+def _sorted_events(code: np.ndarray, times: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stream code, time and is-start (0 launch, 1 GPU start) of the 2n queue events, by (code, time), a
+    launch before a start at the same time. Packed into one int64 key and sorted when the bits fit (one
+    plain sort, no gathers); otherwise by ``stream_order``."""
+    t0 = int(times.min())
+    bits_t = int(times.max() - t0).bit_length()
+    bits_c = max(int(code.max()).bit_length(), 1)
+    if bits_t + bits_c + 1 <= 62:
+        key = (code.astype(np.int64) << (bits_t + 1)) | ((times - t0) << 1)
+        key[n:] |= 1
+        key.sort()
+        return key >> (bits_t + 1), ((key >> 1) & ((1 << bits_t) - 1)) + t0, key & 1
+    _, _, order = stream_order([code], times)  # the launches are first: a stable sort keeps them first at ties
+    return code[order], times[order], (order >= n).astype(np.int64)
+
+
 def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGTH) -> pd.DataFrame:
     """Per stream, the ops launched and not yet started over time (HTA ``get_queue_length_time_series``).
 
@@ -251,27 +268,28 @@ def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGT
     if launched.empty:
         return pd.DataFrame(columns=QUEUE_COLUMNS)
     n = len(launched)
-    keys = [launched[c].to_numpy() for c in ("pid", "device_id", "stream_id")]
-    code, uniques = pd.MultiIndex.from_arrays(keys).factorize()
+    keys = [np.broadcast_to(launched[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
+    code, m, _ = stream_order(keys, None)  # codes per launched row
     times = np.concatenate([launched["launch_start_ns"].to_numpy(), launched["gpu_start_ns"].to_numpy()])
-    delta = np.concatenate([np.ones(n, dtype=np.int64), -np.ones(n, dtype=np.int64)])
-    codes = np.concatenate([code, code])
-    order = np.lexsort((-delta, times, codes))  # per stream in time order; at a tie the launch first
-    t, d, c = times[order], delta[order], codes[order]
-    length = np.cumsum(d)  # each stream's events net to 0, so the running sum restarts at every stream
+    c, t, is_start = _sorted_events(np.concatenate([code, code]), times, n)
+    length = np.cumsum(1 - 2 * is_start)  # +1 a launch, -1 a start; each stream nets to 0, so the
+    # running sum restarts at every stream
     last = np.r_[c[1:] != c[:-1], True]
     dur = np.where(last, 0, np.diff(t, append=t[-1]))
-    m = len(uniques)
+    heads = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])  # first event of each stream, streams in code order
+    row = np.zeros(m, dtype=np.int64)  # a launched row of each stream
+    row[code[::-1]] = np.arange(n - 1, -1, -1)
     span = np.bincount(c, weights=dur, minlength=m)
+    events = np.bincount(c, minlength=m)
     out = pd.DataFrame(
         {
-            "pid": [u[0] for u in uniques],
-            "device_id": [u[1] for u in uniques],
-            "stream_id": [u[2] for u in uniques],
-            "ops": np.bincount(code, minlength=m),
-            "max_length": pd.Series(length).groupby(c).max().to_numpy(),
+            "pid": keys[0][row],
+            "device_id": keys[1][row],
+            "stream_id": keys[2][row],
+            "ops": events // 2,
+            "max_length": np.maximum.reduceat(length, heads),
             "mean_length": np.bincount(c, weights=length * dur, minlength=m) / np.where(span > 0, span, np.nan),
-            "event_mean_length": np.bincount(c, weights=length, minlength=m) / np.bincount(c, minlength=m),
+            "event_mean_length": np.bincount(c, weights=length, minlength=m) / events,
             "span_ns": span.astype(np.int64),
             "full_ns": np.bincount(c, weights=np.where(length >= max_queue_length, dur, 0), minlength=m).astype(
                 np.int64

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.idle import stream_order
+
 SEQUENCE_COLUMNS = ["length", "sequence", "occurrences", "total_ns", "share_frac", "kernels_ns_each"]
 
 
@@ -21,17 +23,17 @@ def kernel_sequences(ops: pd.DataFrame, lengths: tuple[int, ...] = (3, 5), top: 
     ``sequence`` joins the kernel names with " -> "; ``share_frac`` is of all kernel time;
     ``kernels_ns_each`` the mean time of one occurrence.
     """
-    kern = ops[ops["is_kernel"].to_numpy(dtype=bool)]
-    if kern.empty:
+    is_kernel = np.flatnonzero(ops["is_kernel"].to_numpy(dtype=bool))
+    if not len(is_kernel):
         return pd.DataFrame(columns=SEQUENCE_COLUMNS)
-    stream_code, _ = pd.MultiIndex.from_arrays(
-        [np.broadcast_to(kern[c].to_numpy(), len(kern)) for c in ("pid", "device_id", "stream_id")]
-    ).factorize()
-    order = np.lexsort((kern["start_ns"].to_numpy(), stream_code))
-    names = pd.Categorical(kern["name"]).codes[order].astype(np.int64)
-    labels = pd.Categorical(kern["name"]).categories
-    stream = stream_code[order]
-    dur = kern["duration_ns"].to_numpy()[order]
+    n_ops = len(ops)
+    keys = [np.broadcast_to(ops[c].to_numpy(), n_ops)[is_kernel] for c in ("pid", "device_id", "stream_id")]
+    code, _, order = stream_order(keys, ops["start_ns"].to_numpy()[is_kernel])
+    rows = is_kernel[order]
+    stream = code[order]
+    name = pd.Categorical(ops["name"])
+    names, labels = name.codes[rows].astype(np.int64), name.categories
+    dur = ops["duration_ns"].to_numpy()[rows]
     all_ns = int(dur.sum())
     rows = []
     for n in lengths:
