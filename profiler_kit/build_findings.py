@@ -7,6 +7,8 @@ word and lay them out. No number is computed here.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 
@@ -40,30 +42,45 @@ DIAGNOSIS_TABLES = (
 
 
 def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``."""
-    launched = launch_table(ops, trace.runtime)
-    temporal = temporal_breakdown(ops)
-    idle = idle_breakdown(ops, launched)
-    steps = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
-    short = launched[launched["short"].to_numpy(dtype=bool)] if len(launched) else launched
-    out = {
-        "temporal": temporal,
-        "temporal_steps": steps,
-        "idle": idle,
-        "idle_classes": idle_totals(idle),
-        "launch_calls": summarize_launches(launched),
-        "launch_phases": launch_phases(launched, phase_ranges(trace.nvtx)),
-        "copies": copy_bandwidth(trace.memops),
-        "queue": queue_length(launched),
-        "sequences": kernel_sequences(ops),
-    }
-    comm = trace_comm_kernels(trace, ops)
-    instances = collective_instances(comm)
-    out |= {"collectives": summarize_collectives(instances), "stragglers": stragglers(instances)}
-    out["roofline"] = roofline(trace, ops)
+    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``.
+
+    A second thread takes the analyses that need only the ops (sequences, temporal breakdown, collectives),
+    then the queue length, while this one matches the launches and summarizes them: numpy releases the GIL
+    in its sorts and reductions, so with a core free the two halves overlap.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        side_ops = pool.submit(_op_analyses, trace, ops)
+        launched = launch_table(ops, trace.runtime)
+        side_queue = pool.submit(queue_length, launched)
+        idle = idle_breakdown(ops, launched)
+        short = launched[launched["short"].to_numpy(dtype=bool)] if len(launched) else launched
+        out = {
+            "idle": idle,
+            "idle_classes": idle_totals(idle),
+            "launch_calls": summarize_launches(launched),
+            "launch_phases": launch_phases(launched, phase_ranges(trace.nvtx)),
+            "copies": copy_bandwidth(trace.memops),
+            "roofline": roofline(trace, ops),
+        }
+        out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
+        out |= side_ops.result()
+        out["queue"] = side_queue.result()
     excess = int((short["cpu_ns"] - short["gpu_ns"]).sum()) if len(short) else 0
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": excess})
-    return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": comm}
+    return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": out["comm_kernels"]}
+
+
+def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The analyses that need the GPU ops only (no launch matching)."""
+    comm = trace_comm_kernels(trace, ops)
+    instances = collective_instances(comm)
+    return {
+        "temporal": temporal_breakdown(ops),
+        "sequences": kernel_sequences(ops),
+        "comm_kernels": comm,
+        "collectives": summarize_collectives(instances),
+        "stragglers": stragglers(instances),
+    }
 
 
 def roofline(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
