@@ -89,12 +89,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
     version = meta.get("nsys_version") or meta.get("schema_version") or ""
     sec = Section(
         res.label,
-        text=[
-            f"Source: `{res.source}` ({meta.get('format', '?')} {version})".rstrip(),
-            *findings_text(t),
-            *findings(res),
-        ],
-        sections=[findings_section(res.label, t)] if "findings" in t else [],  # the "why is it slow" tables first
+        text=[f"Source: `{res.source}` ({meta.get('format', '?')} {version})".rstrip(), *findings(res)],
     )
     summary = t["summary"][
         [
@@ -151,6 +146,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
         sec.sections.append(ranges_section(res, top))
     if "ranks" in t and len(t["ranks"]) > 1:
         sec.sections.append(ranks_section(res))
+    sec.text[1:1], sec.sections[:0] = findings_text(t), [findings_section(res.label, t)] if "findings" in t else []
     return sec
 
 
