@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from analyze.api import summarize_api
 from analyze.intervals import union_length
+from analyze.memops import summarize_memops
 from analyze.projection import (
     count_distinct,
     distinct_values,
@@ -27,10 +29,14 @@ from analyze.projection import (
     smallest_int,
     sum_by,
     summarize_projection,
+    take_rows,
 )
-from analyze.tables import Trace, one_value
+from analyze.stats import group_stats
+from analyze.tables import Trace, one_value, one_value_view
 from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
+# A kernels row that stands for a whole CUDA graph launch (readers name it "[CUDA graph N]", CONTRACT).
+GRAPH_LAUNCH_NAME = re.compile(r"^\[cuda graph", re.IGNORECASE)
 PROJECTED_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "correlation_id", "category", "is_kernel"]
 OP_COLUMNS = ["start_ns", "end_ns", "duration_ns", "name", "device_id", "stream_id", "correlation_id", "pid"]
 
@@ -99,11 +105,12 @@ def count_unique(values: np.ndarray) -> int:
 
 
 def summarize_trace(trace: Trace, ops: pd.DataFrame, launched_ops: int = -1) -> pd.DataFrame:
-    """One-row overview: GPUs, profiled span, kernel count and times, busy fraction.
+    """One-row overview: GPUs, profiled span, kernel count and times, busy fraction, CUDA graphs.
 
     Span runs from the first to the last GPU op (or CPU range when no GPU op ran).
     ``launched_ops`` counts the ops matched to their launching CPU call (``len(launches(...))``):
-    only those can be projected onto NVTX ranges (-1: not matched).
+    only those can be projected onto NVTX ranges (-1: not matched). CUDA graphs (``summarize_graphs``):
+    graph_kernels, graph_launches, graph_time_ns, graph_time_frac.
     """
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     kernel_ns = ops["duration_ns"].to_numpy()[is_kernel]
@@ -129,15 +136,40 @@ def summarize_trace(trace: Trace, ops: pd.DataFrame, launched_ops: int = -1) -> 
                 "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
                 "nvtx_ranges": len(trace.nvtx),
                 "launched_ops": launched_ops,
+                **summarize_graphs(trace.kernels, int(kernel_ns.sum())),
             }
         ]
     )
 
 
-def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
-    """Per kernel name: count, total/avg/min/max ns and share of all kernel time.
+def summarize_graphs(kernels: pd.DataFrame, kernel_time_ns: int) -> dict:
+    """GPU time in CUDA graphs: the kernels rows with a graph_id (>= 0).
 
-    Matches ``nsys stats --report gpukernsum`` summed over grid/block shapes.
+    graph_kernels counts them: kernels traced inside graphs (nsys ``--cuda-graph-trace=node``, Kineto) plus
+    graph launches traced whole; graph_launches counts the latter (named "[CUDA graph N]", their kernels
+    not in the trace); graph_time_ns sums their durations, graph_time_frac is its share of kernel time.
+    """
+    graph_id = kernels["graph_id"].to_numpy()
+    in_graph = np.zeros(0, dtype=bool) if one_value_view(graph_id) and graph_id[0] < 0 else graph_id >= 0
+    if not in_graph.any():
+        return {"graph_kernels": 0, "graph_launches": 0, "graph_time_ns": 0, "graph_time_frac": 0.0}
+    names = pd.Categorical(kernels["name"])
+    whole = np.asarray(names.categories.str.contains(GRAPH_LAUNCH_NAME), dtype=bool)
+    codes = names.codes[in_graph]
+    graph_ns = int(kernels["duration_ns"].to_numpy()[in_graph].sum())
+    return {
+        "graph_kernels": int(in_graph.sum()),
+        "graph_launches": int(np.count_nonzero(whole[codes[codes >= 0]])),
+        "graph_time_ns": graph_ns,
+        "graph_time_frac": graph_ns / kernel_time_ns if kernel_time_ns else np.nan,
+    }
+
+
+def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
+    """Per kernel name: count, total/avg/median/min/max/std ns and share of all kernel time.
+
+    Matches ``nsys stats --report gpukernsum`` summed over grid/block shapes (``summarize_kernel_shapes``
+    splits them); ``med_ns`` and ``std_ns`` (sample standard deviation) as nsys defines them (analyze/stats.py).
     Sorted by total time, descending (ties: first launched first); ``top`` keeps the first rows.
     """
     names = pd.Categorical(ops["name"])
@@ -148,30 +180,71 @@ def summarize_kernels(ops: pd.DataFrame, top: int | None = None) -> pd.DataFrame
     key = names.codes.astype(smallest_int(other))  # a copy, one byte a row for a few dozen names
     key[(key < 0) | ~ops["is_kernel"].to_numpy(dtype=bool)] = other
     group, first = first_appearance_codes(key, other + 1)
-    n, duration = len(first), ops["duration_ns"].to_numpy()
-    count, total = np.bincount(group, minlength=n), sum_by(group, duration, n)
-    low, high = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
-    np.minimum.at(low, group, duration)
-    np.maximum.at(high, group, duration)
+    stats = group_stats(group, ops["duration_ns"].to_numpy(), len(first))
     kept = np.flatnonzero(key[first] != other)
-    first, count, total, low, high = first[kept], count[kept], total[kept], low[kept], high[kept]
-    index = pd.CategoricalIndex(pd.Categorical.from_codes(names.codes[first], dtype=names.dtype), name="name")
-    category = pd.Categorical(ops["category"])[first]  # the first kernel's category
+    index = pd.CategoricalIndex(pd.Categorical.from_codes(names.codes[first[kept]], dtype=names.dtype), name="name")
+    category = pd.Categorical(ops["category"])[first[kept]]  # the first kernel's category
     out = pd.DataFrame(
-        {
-            "category": pd.Series(np.asarray(category), index=index).astype(str),
-            "count": count,
-            "total_ns": total,
-            "avg_ns": total / count,
-            "min_ns": low,
-            "max_ns": high,
-        },
+        {"category": pd.Series(np.asarray(category), index=index).astype(str)}
+        | {col: stats[stat][kept] for col, stat in KERNEL_STAT_COLUMNS.items()},
         index=index,
     )
+    return kernel_table(out, top)
+
+
+# Columns of the per-kernel tables, from group_stats' statistics
+KERNEL_STAT_COLUMNS = {
+    "count": "count",
+    "total_ns": "total",
+    "avg_ns": "avg",
+    "med_ns": "med",
+    "min_ns": "min",
+    "max_ns": "max",
+    "std_ns": "std",
+}
+
+
+def kernel_table(out: pd.DataFrame, top: int | None) -> pd.DataFrame:
+    """Per-kernel rows (index: kernel name) with share_frac, sorted by total time then count, as a table."""
     total = out["total_ns"].sum()
     out["share_frac"] = out["total_ns"] / total if total else np.nan
-    out = out.sort_values(["total_ns", "count"], ascending=False).reset_index(names="kernel")
+    out = out.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index(names="kernel")
     return out.head(top) if top else out
+
+
+SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def summarize_kernel_shapes(
+    kernels: pd.DataFrame, name: str = "demangled_name", by_shape: bool = True, top: int | None = None
+) -> pd.DataFrame:
+    """Per (kernel name, grid, block): the statistics of ``summarize_kernels``, as ``nsys stats --report gpukernsum``.
+
+    ``kernels`` is a KERNELS table read with its launch shapes (``read_trace(..., details=True)``); ``name``
+    picks the name column: ``demangled_name`` (gpukernsum's default) or ``name``, the short name
+    (``gpukernsum:base``). ``grid`` and ``block`` are "XxYxZ" (-1 parts: shape not recorded); without
+    ``by_shape``, one row per name and no shape columns. ``category`` is the first launch's.
+    """
+    names = pd.Categorical(kernels[name])
+    dims = list(SHAPE_COLUMNS) if by_shape else []
+    shape = kernels[dims].to_numpy()
+    keys = pd.DataFrame({"name": names.codes} | {c: shape[:, i] for i, c in enumerate(dims)})
+    group = keys.groupby(list(keys.columns), sort=False).ngroup().to_numpy()
+    n = int(group.max()) + 1 if len(group) else 0
+    first = np.full(n, len(group), dtype=np.int64)
+    np.minimum.at(first, group, np.arange(len(group)))
+    stats = group_stats(group, kernels["duration_ns"].to_numpy(), n)
+    index = pd.CategoricalIndex(names[first], name="name")
+    category = classify_kernels(kernels.iloc[first])["category"].astype(str).to_numpy()
+    columns = {"category": category}
+    if by_shape:
+        columns |= {
+            "grid": ["x".join(map(str, d)) for d in shape[first, :3]],
+            "block": ["x".join(map(str, d)) for d in shape[first, 3:]],
+        }
+    out = pd.DataFrame(columns | {col: stats[stat] for col, stat in KERNEL_STAT_COLUMNS.items()}, index=index)
+    named = np.asarray(names.codes[first] >= 0)
+    return kernel_table(out[named], top)
 
 
 def summarize_categories(ops: pd.DataFrame) -> pd.DataFrame:
@@ -268,27 +341,31 @@ def summarize_ranges(
     projection: pd.DataFrame | None = None,
     group_emit_nvtx: bool = False,
     kernel_time: pd.DataFrame | None = None,
+    ops: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Per range name: instances, CPU time, projected GPU time, kernels and their time.
+    """Per range name: instances, CPU time statistics, projected GPU time, kernels and their time.
 
-    Columns: range, instances, cpu_total_ns, cpu_avg_ns (all instances, as
-    ``nvtxsum``), projected_instances, gpu_span_total_ns / gpu_span_avg_ns
-    (first-to-last GPU op per instance, as ``nvtxgpuproj``), kernels,
-    kernel_time_ns (summed over every enclosing instance, as ``nvtxkernsum``),
-    and one ``<category>_frac`` column per category of that kernel time.
-    With ``group_emit_nvtx`` names are grouped by ``base_range_names``.
-    Rows are range names in order of first appearance, then sorted by CPU time.
-    ``projection`` and ``kernel_time`` (``summarize_projection`` and ``range_kernel_time``
+    Columns: range, instances, cpu_total_ns, cpu_avg_ns, cpu_med_ns, cpu_min_ns, cpu_max_ns,
+    cpu_std_ns (all instances, as ``nvtxsum``; median and sample standard deviation as nsys
+    computes them, analyze/stats.py), projected_instances, gpu_span_total_ns / gpu_span_avg_ns
+    (first-to-last GPU op per instance, as ``nvtxgpuproj``), kernels and kernel_time_ns (the
+    distinct kernels launched inside some instance of the name, each once however many instances
+    of the name enclose it, as ``nvtxkernsum``'s Kern Inst), and one ``<category>_frac`` column
+    per category of that kernel time. With ``ops`` (the GPU ops ``attributed`` was projected from),
+    a last row with a missing range name holds the kernels launched outside every range, as
+    ``nvtxkernsum`` lists them under an unnamed range. With ``group_emit_nvtx`` names are grouped
+    by ``base_range_names``. Rows are range names in order of first appearance, then sorted by
+    CPU time. ``projection`` and ``kernel_time`` (``summarize_projection`` and ``range_kernel_time``
     of the same arguments) skip recomputing them.
     """
     codes, names = range_name_codes(ranges, group_emit_nvtx)
     n = len(names)
-    instances = np.bincount(codes, minlength=n)
+    cpu = group_stats(codes, ranges["duration_ns"].to_numpy(), n)
     out = pd.DataFrame(
-        {"instances": instances, "cpu_total_ns": sum_by(codes, ranges["duration_ns"].to_numpy(), n)},
+        {"instances": cpu["count"], "cpu_total_ns": cpu["total"], "cpu_avg_ns": cpu["avg"]}
+        | {f"cpu_{stat}_ns": cpu[stat] for stat in ("med", "min", "max", "std")},
         index=pd.Index(names, name="range"),
     )
-    out["cpu_avg_ns"] = out["cpu_total_ns"] / out["instances"]
     proj = summarize_projection(ranges, attributed) if projection is None else projection
     pos = positions(ranges.index, proj["range_row"].to_numpy())
     known = pos >= 0
@@ -297,22 +374,104 @@ def summarize_ranges(
     gpu_span = proj["gpu_duration_ns"].to_numpy()[known].astype(np.int64)
     out["gpu_span_total_ns"] = sum_by(proj_codes, gpu_span, n)
     out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
-    per_row = range_kernel_time(ranges, attributed) if kernel_time is None else kernel_time
+    if same_name_overlaps(ranges, codes):  # a kernel may lie in two instances of one name: count it once
+        pair_codes = codes[positions(ranges.index, attributed["range_row"].to_numpy())]
+        repeats = repeated_pairs(pair_codes, attributed["op_row"].to_numpy())
+        per_row = range_kernel_time(ranges, attributed[~repeats] if repeats is not None else attributed)
+    else:  # each (name, kernel) pair is one (instance, kernel) pair: the per-instance sums add up
+        per_row = range_kernel_time(ranges, attributed) if kernel_time is None else kernel_time
     out["kernels"] = sum_by(codes, per_row["kernels"].to_numpy(), n)
     out["kernel_time_ns"] = sum_by(codes, per_row["kernel_time_ns"].to_numpy(), n)
-    kernel_ns = out["kernel_time_ns"].replace(0, np.nan)
-    for col in per_row.columns[2:]:
-        out[f"{col.removesuffix('_ns')}_frac"] = (sum_by(codes, per_row[col].to_numpy(), n) / kernel_ns).fillna(0)
-    return out.reset_index().sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
+    by_category = {col: sum_by(codes, per_row[col].to_numpy(), n) for col in per_row.columns[2:]}
+    out = out.reset_index()
+    if ops is not None:
+        outside = outside_kernels(ops, attributed)
+        if len(outside):
+            row = {"range": np.nan, "instances": 0, "cpu_total_ns": 0, "projected_instances": 0}
+            row |= {
+                "gpu_span_total_ns": 0,
+                "kernels": len(outside),
+                "kernel_time_ns": int(outside["duration_ns"].sum()),
+            }
+            out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
+            cat_ns = outside.groupby("category", observed=True)["duration_ns"].sum()
+            by_category = {
+                col: np.append(v, cat_ns.get(col.removesuffix("_ns"), 0)) for col, v in by_category.items()
+            } | {
+                f"{c}_ns": np.append(np.zeros(n, np.int64), t)
+                for c, t in cat_ns.items()
+                if f"{c}_ns" not in by_category
+            }
+            by_category = {f"{c}_ns": by_category[f"{c}_ns"] for c in CATEGORIES if f"{c}_ns" in by_category}
+    kernel_ns = out["kernel_time_ns"].replace(0, np.nan).to_numpy()
+    for col, ns in by_category.items():
+        out[f"{col.removesuffix('_ns')}_frac"] = np.nan_to_num(ns / kernel_ns)
+    return out.sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = False) -> pd.DataFrame:
+def same_name_overlaps(ranges: pd.DataFrame, codes: np.ndarray) -> bool:
+    """Whether two ranges of one name (``codes``) overlap on one thread, so that one launch may lie in both.
+
+    Sorted by (name, thread, start), an overlap shows between neighbours: a range that overlaps a later
+    one also overlaps every range starting between them. Looks at the ranges, not the (range, op) pairs.
+    """
+    if len(ranges) < 2:
+        return False
+    start, end = ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy()
+    thread = ranges["tid"].to_numpy()
+    pid = ranges["pid"].to_numpy()
+    order = np.lexsort((start, thread, pid, codes))
+    c, t, p = codes[order], thread[order], pid[order]
+    same = (c[1:] == c[:-1]) & (t[1:] == t[:-1]) & (p[1:] == p[:-1])
+    return bool((same & (start[order][1:] <= end[order][:-1])).any())
+
+
+def repeated_pairs(range_codes: np.ndarray, op_rows: np.ndarray) -> np.ndarray | None:
+    """Mask of the (range, op) rows that repeat an earlier row's (range name code, op), or None when none does.
+
+    Only a name nested in itself repeats one. A table of the (name, op) slots checks that in linear time
+    when it is small (at most 16 bytes per row); else the keys are sorted.
+    """
+    if len(op_rows) == 0:
+        return None
+    width = int(op_rows.max()) + 1
+    slots = (int(range_codes.max()) + 2) * width
+    slot = range_codes.astype(np.int64)  # code -1 (no name): slot 0; built in place
+    slot += 1
+    slot *= width
+    slot += op_rows
+    if slots <= 16 * len(op_rows):
+        seen = np.zeros(slots, dtype=bool)
+        seen[slot] = True
+        if np.count_nonzero(seen) == len(op_rows):
+            return None
+    order = np.argsort(slot, kind="stable")  # equal keys keep their row order: the first is the earlier row
+    ordered = slot[order]
+    repeat = np.zeros(len(slot), dtype=bool)
+    repeat[order[1:]] = ordered[1:] == ordered[:-1]
+    return repeat if repeat.any() else None
+
+
+def outside_kernels(ops: pd.DataFrame, attributed: pd.DataFrame) -> pd.DataFrame:
+    """The kernels of ``ops`` that no range encloses (no row of ``attributed``): name, category, duration_ns."""
+    inside = np.zeros(len(ops), dtype=bool)
+    inside[attributed["op_row"].to_numpy()] = True
+    rows = np.flatnonzero(ops["is_kernel"].to_numpy(dtype=bool) & ~inside)
+    return pd.DataFrame({c: take_rows(ops[c], rows) for c in ("name", "category", "duration_ns")})
+
+
+def summarize_range_kernels(
+    attributed: pd.DataFrame, group_emit_nvtx: bool = False, ops: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per (range name, kernel name): range instances, kernel count, total ns (as ``nvtxkernsum``).
 
-    ``count`` is distinct ops: a kernel under two nested ranges of one name counts once.
-    ``share_frac`` is the kernel's part of the kernel time summed in its range name.
+    ``count`` and ``total_ns`` are of distinct kernels: a kernel under two nested ranges of one name
+    counts once, in both (nsys 2022.4's Kern Inst counts it once too, but its Total Time adds it once per
+    enclosing range: tests/test_nsys_parity.py wraps a range of a real export in a second one of its name). ``share_frac`` is the kernel's part of the kernel time summed in its
+    range name. With ``ops`` (the GPU ops ``attributed`` was projected from), kernels launched outside
+    every range come under a missing range name, with 0 range instances, as ``nvtxkernsum`` lists them.
     With ``group_emit_nvtx`` range names are grouped by ``base_range_names``.
-    Rows are sorted by range name (in the ``range`` categories' order), then total time descending.
+    Rows are sorted by range name (in the ``range`` categories' order, the missing name first), then total time descending.
     """
     ranges, kernels = pd.Categorical(attributed["range"]), pd.Categorical(attributed["name"])
     if group_emit_nvtx:  # rename the categories, not the rows: one regex per distinct label
@@ -334,16 +493,25 @@ def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = Fa
     n = len(first)
     kept = np.flatnonzero(key[first] != memop_key)  # the (range, kernel) pairs
     first = first[kept]
+    duration = attributed["duration_ns"].to_numpy()
+    repeats = repeated_pairs(ranges.codes, attributed["op_row"].to_numpy())
+    if repeats is None:
+        count, total = np.bincount(pair, minlength=n), sum_by(pair, duration, n)
+    else:  # a name nested in itself: its kernels' second rows count for nothing
+        once = ~repeats
+        count, total = np.bincount(pair[once], minlength=n), sum_by(pair[once], duration[once], n)
     out = pd.DataFrame(
         {
             "range": ranges[first],
             "kernel": kernels[first],
             "category": np.asarray(pd.Categorical(attributed["category"])[first]).astype(str),
             "range_instances": count_distinct(pair, attributed["range_row"].to_numpy(), n)[kept],
-            "count": distinct_ops_per_pair(pair, ranges.codes, attributed["op_row"].to_numpy(), n)[kept],
-            "total_ns": sum_by(pair, attributed["duration_ns"].to_numpy(), n)[kept],
+            "count": count[kept],
+            "total_ns": total[kept],
         }
     )
+    if ops is not None:
+        out = with_outside_kernels(out, outside_kernels(ops, attributed))
     range_codes = out["range"].cat.codes.to_numpy().astype(np.int64) + 1  # -1 (no name) gets slot 0
     range_total = np.bincount(range_codes, weights=out["total_ns"].to_numpy(), minlength=len(ranges.categories) + 1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -352,28 +520,46 @@ def summarize_range_kernels(attributed: pd.DataFrame, group_emit_nvtx: bool = Fa
     return out.iloc[order].reset_index(drop=True)
 
 
-def distinct_ops_per_pair(pair: np.ndarray, range_codes: np.ndarray, op_rows: np.ndarray, n: int) -> np.ndarray:
-    """Distinct ops per (range name, kernel) pair: ``count_distinct(pair, op_rows, n)``, faster in the usual case.
+def with_outside_kernels(pairs: pd.DataFrame, outside: pd.DataFrame) -> pd.DataFrame:
+    """``pairs`` (rows of ``summarize_range_kernels``) with the ``outside`` kernels per name under the missing range name.
 
-    ``range_codes`` are each row's range name (-1: missing). An op has one kernel name, so a pair counts
-    an op twice only when two ranges of one name enclose it (a name nested in itself). Without that, the
-    (range name, op) rows are all distinct, which a table of them checks in linear time, and the count is
-    the row count; else the pairs are sorted.
+    Kernels under a range without a name are already there (nsys merges both): the counts add.
     """
-    if len(op_rows) == 0:
-        return np.zeros(n, dtype=np.int64)
-    width = int(op_rows.max()) + 1
-    slots = (int(range_codes.max()) + 2) * width
-    if slots <= 16 * len(op_rows):  # the table takes at most 16 bytes per row, as first_row_of_key's
-        seen = np.zeros(slots, dtype=bool)
-        slot = range_codes.astype(np.int64)  # code -1 (no name): slot 0; built in place, as the keys above
-        slot += 1
-        slot *= width
-        slot += op_rows
-        seen[slot] = True
-        if np.count_nonzero(seen) == len(op_rows):
-            return np.bincount(pair, minlength=n)
-    return count_distinct(pair, op_rows, n)
+    if outside.empty:
+        return pairs
+    g = outside.groupby("name", observed=True, sort=False)
+    extra = pd.DataFrame(
+        {
+            "kernel": g.size().index.astype(object),
+            "category": g["category"].first().astype(str).to_numpy(),
+            "range_instances": 0,
+            "count": g.size().to_numpy(),
+            "total_ns": g["duration_ns"].sum().to_numpy(),
+        }
+    )
+    unnamed = pairs["range"].isna().to_numpy()
+    if unnamed.any():
+        merged = pd.concat([pairs[unnamed].assign(kernel=pairs["kernel"][unnamed].astype(object)), extra])
+        extra = merged.groupby("kernel", sort=False).agg(
+            category=("category", "first"), range_instances=("range_instances", "sum"),
+            count=("count", "sum"), total_ns=("total_ns", "sum"),
+        ).reset_index()  # fmt: skip
+    rest = pairs[~unnamed]  # one row per (range name, kernel name): few enough for object arrays
+    kernel = pd.Categorical(np.concatenate([rest["kernel"].astype(object).to_numpy(), extra["kernel"].to_numpy()]))
+    return pd.DataFrame(
+        {
+            "range": pd.Categorical(
+                np.concatenate([rest["range"].astype(object).to_numpy(), np.full(len(extra), np.nan, dtype=object)]),
+                categories=pairs["range"].cat.categories,
+            ),
+            "kernel": kernel,
+            "category": np.concatenate([rest["category"].to_numpy(), extra["category"].to_numpy()]),
+            **{
+                c: np.concatenate([rest[c].to_numpy(), extra[c].to_numpy()]).astype(np.int64)
+                for c in ("range_instances", "count", "total_ns")
+            },
+        }
+    )
 
 
 # Ranges that mark training phases, by name. Not phases: emit_nvtx op ranges ("::", "op_id") and
@@ -468,6 +654,8 @@ TABLES = (
     "summary",
     "kernels",
     "categories",
+    "api",
+    "memops",
     "attributed",
     "ranges",
     "range_groups",
@@ -493,6 +681,8 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime))  # may wait for the runtime
         ops = gpu_ops(trace)
         op_summaries = op_tables(ops, tables)
+        if "memops" in tables:
+            op_summaries["memops"] = summarize_memops(trace.memops)
         # The overview needs the runtime table (the trace's span) but not the launches: built here while the
         # other thread matches them (this one used to wait for them), given their count once they are.
         overview = summarize_trace(trace, ops) if "summary" in tables else None
@@ -508,15 +698,24 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
         # run here). Which thread is free first depends on the trace and on the machine. The longer job goes
         # first: this thread takes the shorter one back, and neither waits long for the other at the end
         # (the other order left this one idle for 0.05 s of a 1.1M-kernel report).
+        outside_of = slim if len(trace.nvtx) else None  # the ops of the unnamed range (none without ranges)
+
         def pair_tables() -> dict[str, pd.DataFrame]:
             summaries = {
-                "range_kernels": lambda: summarize_range_kernels(attributed),
-                "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True),
+                "range_kernels": lambda: summarize_range_kernels(attributed, ops=outside_of),
+                "range_group_kernels": lambda: summarize_range_kernels(
+                    attributed, group_emit_nvtx=True, ops=outside_of
+                ),
             }
             return {name: summarize() for name, summarize in summaries.items() if name in tables}
 
         side_pairs = pool.submit(pair_tables)
         side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
+
+        def api_tables() -> dict[str, pd.DataFrame]:
+            return {"api": summarize_api(trace.runtime)} if "api" in tables else {}
+
+        side_api = pool.submit(api_tables)  # last in the queue: the thread free first runs it
         projection = summarize_projection(trace.nvtx, attributed)
         kernel_time = taken_back(side_kernel_time, range_kernel_time, trace.nvtx, attributed)
 
@@ -525,14 +724,18 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES) -> dict[str, p
             return summarize_phases(phases, attributed, window, kernel_time)
 
         summaries = {  # each table, computed only when asked for
-            "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time),
+            "ranges": lambda: summarize_ranges(
+                trace.nvtx, attributed, projection, kernel_time=kernel_time, ops=outside_of
+            ),
             "range_groups": lambda: summarize_ranges(
-                trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time
+                trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time, ops=outside_of
             ),
             "phases": phase_table,
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
-        out |= op_summaries | side.result()[0] | taken_back(side_pairs, pair_tables)
+        out |= op_summaries | side.result()[0]
+        out |= taken_back(side_api, api_tables)  # first: run here while the other thread may still sum the pairs
+        out |= taken_back(side_pairs, pair_tables)
     out |= {"ops": ops, "attributed": attributed, "projection": projection}
     return {name: out[name] for name in TABLES if name in tables}
 
@@ -544,7 +747,10 @@ def taken_back(queued: Future, fn, *args):
 
 def op_tables(ops: pd.DataFrame, tables: Collection[str] = TABLES) -> dict[str, pd.DataFrame]:
     """The per-op tables (kernels, categories) among ``tables``: the part of ``analyze_trace`` that needs only the ops."""
-    summaries = {"kernels": lambda: summarize_kernels(ops), "categories": lambda: summarize_categories(ops)}
+    summaries = {
+        "kernels": lambda: summarize_kernels(ops),
+        "categories": lambda: summarize_categories(ops),
+    }
     return {name: summarize() for name, summarize in summaries.items() if name in tables}
 
 

@@ -8,10 +8,24 @@ nsys reader, so the taxonomy, projection and reports treat both sources alike.
 Format facts this reader relies on, checked against traces from PyTorch 1.8
 (tb_plugin sample) to 2.x (HTA, TraceLens) and a CPU trace from torch 2.13:
 
-- Categories: ``kernel`` (old traces: ``Kernel``), ``cuda_runtime`` / ``cuda_driver``
-  (old: ``Runtime``), ``gpu_memcpy`` / ``gpu_memset`` (old: ``Memcpy`` / ``Memset``),
-  ``user_annotation`` (``record_function`` ranges), ``gpu_user_annotation``,
-  ``cpu_op`` (old: ``Operator``). ROCm builds of Kineto use the same names.
+- Layout: the Trace Event Format allows the whole file to be a JSON array of
+  events (its closing ``]`` optional) or an object with ``traceEvents``. The
+  legacy autograd profiler (``torch.autograd.profiler``, ``use_kineto=False``)
+  writes the array, with no ``cat``: ``pid`` "CPU functions" and, before torch
+  1.8, "CUDA functions" (kernels; ``tid`` = device). Kineto writes the object.
+- Categories (CATEGORY_ROLES, spellings from pytorch/kineto's history):
+  ``kernel`` (before 2022-04, PyTorch <= 1.11: ``Kernel``), ``cuda_runtime`` /
+  ``cuda_driver`` (``Runtime``), ``gpu_memcpy`` / ``gpu_memset`` (``Memcpy`` /
+  ``Memset``), ``cpu_op`` (before 2021-06: ``Operator``), ``user_annotation``
+  (``record_function`` ranges), ``gpu_user_annotation`` (2021-06 to 2022-05:
+  ``gpu_user_Annotation``; before: ``User``).
+- ROCm builds use the same categories and HIP names (``hipLaunchKernel``...).
+  Before rocprofiler-sdk, Kineto's roctracer path logged every HIP op as
+  ``kernel``: copies (``CopyHostToDevice``...), fills and barrier packets
+  (``Marker``) too; HIP_OPS sends them to memops or drops them.
+- CUDA graphs: their kernels are ordinary kernel events carrying the
+  ``correlation`` of the ``cudaGraphLaunch`` (``hipGraphLaunch``) that ran them,
+  and since 2026-02 (CUDA >= 12 builds) a ``graph id`` arg (0: no graph).
 - ``ts`` is microseconds with up to three decimals. Traces without
   ``baseTimeNanoseconds`` hold epoch-based ``ts`` (~1.7e15 us) whose nanosecond
   digits a float64 cannot keep, so floats are parsed as decimal text and
@@ -37,13 +51,41 @@ from analyze.errors import InputError
 from analyze.intervals import nesting_depth
 from analyze.tables import Trace
 
-KERNEL_CATS = ("kernel", "Kernel")
-RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "Runtime")
-MEMCPY_CATS = ("gpu_memcpy", "Memcpy")
-MEMSET_CATS = ("gpu_memset", "Memset")
-RANGE_CATS = ("user_annotation",)
-GPU_RANGE_CATS = ("gpu_user_annotation",)
-CPU_OP_CATS = ("cpu_op", "Operator")
+# Event category -> the table it feeds. Categories not named here (python_function, cuda_sync, flows...) are
+# only counted in meta["event_counts"].
+CATEGORY_ROLES = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "Runtime": "runtime",
+    "hip_runtime": "runtime",  # not a Kineto spelling: kept for ROCm tools' Chrome traces that use it
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+    "cpu_op": "cpu_op",
+    "Operator": "cpu_op",
+    "user_annotation": "range",
+    "gpu_user_annotation": "gpu_range",
+    "gpu_user_Annotation": "gpu_range",
+    "User": "gpu_range",
+}
+# The legacy autograd profiler's array trace has no cat; its pid says what an event is.
+LEGACY_PID_ROLES = {"CPU functions": "cpu_op", "CUDA functions": "kernel"}
+# HIP ops that roctracer-era Kineto logged as "kernel": role (None: not GPU work to count) and nsys wording.
+HIP_OPS = {
+    "CopyHostToDevice": ("memcpy", "[CUDA memcpy Host-to-Device]"),
+    "CopyDeviceToHost": ("memcpy", "[CUDA memcpy Device-to-Host]"),
+    "CopyDeviceToDevice": ("memcpy", "[CUDA memcpy Device-to-Device]"),
+    "FillBuffer": ("memset", "[CUDA memset]"),
+    "Marker": (None, ""),
+    "Barrier": (None, ""),
+    "BarrierAnd": (None, ""),
+    "BarrierOr": (None, ""),
+}
+# Runtime/driver calls that launch a CUDA (HIP) graph: cudaGraphLaunch, cudaGraphLaunch_ptsz, cuGraphLaunch, hipGraphLaunch.
+GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch(_v\d+)?(_ptsz|_spt)?$")
 # Categories that mark the profiler's own bookkeeping, not profiled work.
 BOOKKEEPING_CATS = {None, "Trace"}
 
@@ -60,13 +102,16 @@ VERSION_KEY = re.compile(r"^(cuda|cupti|hip|rocm|roctracer|rocprofiler)\w*_versi
 
 GZIP_MAGIC = b"\x1f\x8b"
 SNIFF_BYTES = 1 << 20
+# The start of an array-layout trace: "[", then an event object (every event has a "ph").
+ARRAY_HEAD = re.compile(rb"^\[\s*\{")
 
 
 def looks_like_kineto(path: str | Path) -> bool:
-    """Cheap check: does ``path`` start like a Kineto Chrome trace? Never raises.
+    """Cheap check: does ``path`` start like a PyTorch profiler / Chrome trace? Never raises.
 
-    Reads at most 1 MiB (decompressed): a JSON object naming ``traceEvents`` or
-    ``schemaVersion`` (Kineto writes one of them first, after optional metadata).
+    Reads at most 1 MiB (decompressed): a JSON object naming ``traceEvents`` or ``schemaVersion``
+    (Kineto writes one of them first, after optional metadata), or a JSON array of event objects
+    with a ``"ph"`` (the Trace Event Format's other layout, the legacy autograd profiler's).
     """
     try:
         with open(path, "rb") as f:
@@ -77,7 +122,9 @@ def looks_like_kineto(path: str | Path) -> bool:
     except (OSError, EOFError, zlib.error):
         return False
     head = head.lstrip()
-    return head.startswith(b"{") and (b'"traceEvents"' in head or b'"schemaVersion"' in head)
+    if head.startswith(b"{"):
+        return b'"traceEvents"' in head or b'"schemaVersion"' in head
+    return bool(ARRAY_HEAD.match(head)) and b'"ph"' in head
 
 
 def read_kineto(path: str | Path) -> Trace:
@@ -95,35 +142,39 @@ def read_kineto(path: str | Path) -> Trace:
     for cross-checks. Old traces log ``record_function`` ranges as plain
     operators; only their ``ProfilerStep#N`` ranges can be told apart and are kept.
 
+    ``graph_id`` of a kernel: Kineto's ``graph id`` arg where it is non-zero; else,
+    for a kernel whose launching call (same correlation id) is a graph launch,
+    that call's correlation id (one id per launch: older Kineto records no graph
+    identity); else -1. ``meta["graph_id_source"]`` says which one a trace used.
+
     Raises InputError for a missing file, bad gzip, truncated or invalid JSON,
-    JSON without ``traceEvents``, and a trace with no profiled events at all.
-    A trace with CPU events and no kernels is valid (empty kernel table).
+    JSON that is neither an event array nor an object with ``traceEvents``, and
+    a trace with no profiled events at all. A trace with CPU events and no
+    kernels is valid (empty kernel table).
     """
     path = Path(path)
-    doc = _load(path)
-    events = doc.get("traceEvents")
-    if not isinstance(events, list):
-        raise InputError(f"{path}: JSON has no traceEvents list; not a PyTorch profiler (Kineto) trace")
+    doc, events, layout = _load(path)
     by_cat = _bucket(path, events)
-    if all(cat in BOOKKEEPING_CATS for cat in by_cat):
-        raise InputError(
-            f"{path}: trace has no profiled events, only profiler metadata "
-            "(a torch.profiler schedule whose cycle already ended exports such an empty trace)"
-        )
-    runtime_events = _pick(by_cat, RUNTIME_CATS)
-    main_pid = _main_pid(by_cat)
-    launch_pid = {}
-    for e in runtime_events:
+    roles = _roles(by_cat)
+    if not any(roles.values()) and all(cat in BOOKKEEPING_CATS for cat in by_cat):
+        _no_profiled_events(path, by_cat)
+    main_pid = _main_pid(roles)
+    launch_pid, graph_launches = {}, set()
+    for e in roles["runtime"]:
         corr, pid = _int(_args(e).get("correlation")), _int(e.get("pid"))
         if corr >= 0 and pid >= 0:
             launch_pid[corr] = pid
+        if corr >= 0 and GRAPH_LAUNCH.match(str(e.get("name", ""))):
+            graph_launches.add(corr)
+    kernels, graph_id_source = _kernels(path, roles["kernel"], launch_pid, main_pid, graph_launches)
     trace = Trace(
-        kernels=_kernels(path, _pick(by_cat, KERNEL_CATS), launch_pid, main_pid),
-        runtime=_runtime(path, runtime_events),
-        memops=_memops(path, _pick(by_cat, MEMCPY_CATS), _pick(by_cat, MEMSET_CATS), launch_pid, main_pid),
-        nvtx=_ranges(path, by_cat),
-        meta=_meta(path, doc, by_cat, main_pid),
+        kernels=kernels,
+        runtime=_runtime(path, roles["runtime"]),
+        memops=_memops(path, roles["memcpy"], roles["memset"], launch_pid, main_pid),
+        nvtx=_ranges(path, roles),
+        meta=_meta(path, doc, by_cat, roles, main_pid) | {"layout": layout},
     )
+    trace.meta["graph_id_source"] = graph_id_source
     gpus, threads = _gpus(doc.get("deviceProperties")), _threads(by_cat.get(None, []))
     if gpus is not None:
         trace.gpus = gpus
@@ -135,8 +186,26 @@ def read_kineto(path: str | Path) -> Trace:
     return trace.validated()
 
 
-def _load(path: Path) -> dict:
-    """Decompress if gzipped (by magic bytes, not suffix) and parse, floats kept as text."""
+def _no_profiled_events(path: Path, by_cat: dict) -> None:
+    """Raise the InputError for a trace with no event this reader knows: an empty profile, or another tool's."""
+    metadata_only = all(e.get("ph") == "M" for e in by_cat.get(None, ())) or "Trace" in by_cat
+    if metadata_only:
+        raise InputError(
+            f"{path}: trace has no profiled events, only profiler metadata "
+            "(a torch.profiler schedule whose cycle already ended exports such an empty trace)"
+        )
+    raise InputError(
+        f"{path}: a Chrome trace without PyTorch profiler events (no cat such as kernel, cuda_runtime or cpu_op, "
+        "no legacy 'CPU functions' pid); not a PyTorch profiler trace"
+    )
+
+
+def _load(path: Path) -> tuple[dict, list, str]:
+    """Decompress if gzipped (by magic bytes, not suffix) and parse, floats kept as text.
+
+    Returns the top-level object (``{}`` for the array layout), the events, and the layout:
+    "object" (Kineto), "array" (legacy autograd profiler), "array without its closing ]".
+    """
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -152,16 +221,38 @@ def _load(path: Path) -> dict:
             raise InputError(f"{path}: truncated or corrupt gzip file ({err})") from None
     if not raw or raw.isspace():
         raise InputError(f"{path}: file is empty")
+    layout = "array"
     try:
         doc = json.loads(raw, parse_float=str)
     except json.JSONDecodeError as err:
-        where = "ends early (truncated)" if err.pos >= len(raw.rstrip()) else f"invalid at line {err.lineno}"
-        raise InputError(f"{path}: not valid JSON: {where} ({err.msg})") from None
+        doc, layout = _unclosed_array(raw), "array without its closing ]"
+        if doc is None:
+            where = "ends early (truncated)" if err.pos >= len(raw.rstrip()) else f"invalid at line {err.lineno}"
+            raise InputError(f"{path}: not valid JSON: {where} ({err.msg})") from None
     except ValueError:
         raise InputError(f"{path}: not a JSON text file (binary or unknown encoding)") from None
+    if isinstance(doc, list):
+        return {}, doc, layout
     if not isinstance(doc, dict):
-        raise InputError(f"{path}: JSON top level is a {type(doc).__name__}, expected an object with traceEvents")
-    return doc
+        raise InputError(
+            f"{path}: JSON top level is a {type(doc).__name__}, expected an array of trace events "
+            "or an object with traceEvents"
+        )
+    events = doc.get("traceEvents")
+    if not isinstance(events, list):
+        raise InputError(f"{path}: JSON has no traceEvents list; not a PyTorch profiler (Kineto) trace")
+    return doc, events, "object"
+
+
+def _unclosed_array(raw: bytes) -> list | None:
+    """The Trace Event Format's array whose closing "]" was left off (allowed there), parsed; else None."""
+    text = raw.rstrip()
+    if not text.lstrip().startswith(b"[") or text.endswith(b"]"):
+        return None
+    try:
+        return json.loads(text.rstrip(b",").rstrip() + b"]", parse_float=str)
+    except ValueError:
+        return None
 
 
 def _bucket(path: Path, events: list) -> dict:
@@ -171,15 +262,53 @@ def _bucket(path: Path, events: list) -> dict:
         for e in events:
             by_cat[e.get("cat")].append(e)
     except AttributeError:
-        raise InputError(f"{path}: traceEvents holds a non-object entry; not a Chrome trace") from None
+        raise InputError(f"{path}: the trace holds a non-object event; not a Chrome trace") from None
     except TypeError:
         raise InputError(f"{path}: an event has a non-string cat; not a Chrome trace") from None
     return by_cat
 
 
-def _pick(by_cat: dict, cats: tuple[str, ...]) -> list[dict]:
-    """Complete ("X") events of the given categories."""
-    return [e for c in cats for e in by_cat.get(c, ()) if e.get("ph") == "X"]
+def _roles(by_cat: dict) -> dict[str, list[dict]]:
+    """Complete ("X") events per table role (CATEGORY_ROLES), legacy and ROCm quirks resolved.
+
+    ``roles["not_kernels"]`` holds the HIP barrier packets taken out of ``kernel``.
+    """
+    roles: dict[str, list[dict]] = {r: [] for r in (*set(CATEGORY_ROLES.values()), "not_kernels")}
+    for cat, events in by_cat.items():
+        role = CATEGORY_ROLES.get(cat)
+        if role == "cpu_op":  # only counted per pid, and searched for ProfilerStep#N: no pass here
+            roles[role] = roles[role] + events if roles[role] else events
+        elif role is not None:
+            roles[role] += [e for e in events if e.get("ph") == "X"]
+    legacy: dict[str, list[dict]] = defaultdict(list)
+    for e in by_cat.get(None, ()):
+        pid = e.get("pid")
+        role = LEGACY_PID_ROLES.get(pid) if isinstance(pid, str) and e.get("ph") == "X" else None
+        if role == "kernel":  # tid is the device; no stream recorded
+            e = {**e, "args": {"device": e.get("tid"), "stream": -1}}
+        if role is not None:
+            legacy[role].append(e)
+    for role, events in legacy.items():  # new lists: those above may be by_cat's own
+        roles[role] = roles[role] + events
+    kernels = roles["kernel"]
+    if _has_hip_ops(kernels):
+        roles["kernel"] = []
+        for e in kernels:
+            op = _hip_op(e)
+            roles[(op[0] or "not_kernels") if op else "kernel"].append(e)
+    return roles
+
+
+def _has_hip_ops(kernels: list[dict]) -> bool:
+    try:
+        return not HIP_OPS.keys().isdisjoint({e.get("name") for e in kernels})
+    except TypeError:  # an unhashable name: look event by event
+        return any(_hip_op(e) for e in kernels)
+
+
+def _hip_op(event: dict) -> tuple | None:
+    name = event.get("name")
+    return HIP_OPS.get(name) if isinstance(name, str) else None
 
 
 def _args(event: dict) -> dict:
@@ -222,10 +351,10 @@ def _dim(value, axis: int) -> int:
     return _int(value[axis]) if isinstance(value, list) and len(value) > axis else -1
 
 
-def _main_pid(by_cat: dict) -> int:
+def _main_pid(roles: dict) -> int:
     """The profiled process: the pid with most CPU-side events (cpu_op, then runtime, then ranges)."""
-    for cats in (CPU_OP_CATS, RUNTIME_CATS, RANGE_CATS):
-        pids = Counter(e.get("pid") for c in cats for e in by_cat.get(c, ()) if isinstance(e.get("pid"), int))
+    for role in ("cpu_op", "runtime", "range"):
+        pids = Counter(e.get("pid") for e in roles[role] if isinstance(e.get("pid"), int))
         if pids:
             return pids.most_common(1)[0][0]
     return -1
@@ -236,10 +365,14 @@ def _frame(columns: dict, start: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
     return df.sort_values("start_ns", kind="stable")
 
 
-def _kernels(path: Path, events: list[dict], launch_pid: dict, main_pid: int) -> pd.DataFrame:
+def _kernels(
+    path: Path, events: list[dict], launch_pid: dict, main_pid: int, graph_launches: set
+) -> tuple[pd.DataFrame, str | None]:
+    """Kernel rows, and where their graph ids came from (``_graph_ids``)."""
     start, dur = _times(path, events, "kernel")
     args = [_args(e) for e in events]
     corr = _ints(a.get("correlation") for a in args)
+    graph_id, source = _graph_ids(args, corr, graph_launches)
     names = [str(e.get("name", "")) for e in events]
     grids = [a.get("grid") for a in args]
     blocks = [a.get("block") for a in args]
@@ -249,13 +382,36 @@ def _kernels(path: Path, events: list[dict], launch_pid: dict, main_pid: int) ->
         "device_id": [_int(a.get("device"), _int(e.get("pid"))) for a, e in zip(args, events, strict=True)],
         "stream_id": [_int(a.get("stream"), _int(e.get("tid"))) for a, e in zip(args, events, strict=True)],
         "correlation_id": corr,
+        "graph_id": graph_id,
         "pid": [launch_pid.get(c, main_pid) for c in corr],
         **{f"grid_{ax}": [_dim(g, i) for g in grids] for i, ax in enumerate("xyz")},
         **{f"block_{ax}": [_dim(b, i) for b in blocks] for i, ax in enumerate("xyz")},
         "registers_per_thread": _ints(a.get("registers per thread") for a in args),
         "shared_memory_bytes": _ints(a.get("shared memory") for a in args),  # Kineto: static + dynamic
     }
-    return _frame(columns, start, dur)
+    return _frame(columns, start, dur), source
+
+
+def _graph_ids(args: list[dict], corr: list[int], graph_launches: set) -> tuple[np.ndarray, str | None]:
+    """Per kernel: Kineto's non-zero "graph id", else the correlation id of its graph launch, else -1.
+
+    Also says which of the two the trace used ("kineto graph id", "graph launch correlation", both
+    joined by " + ", or None when no kernel ran in a graph).
+    """
+    if any("graph id" in a for a in args):
+        ids = np.fromiter((_int(a.get("graph id"), 0) for a in args), dtype=np.int64, count=len(args))
+    else:
+        ids = np.zeros(len(args), dtype=np.int64)
+    recorded = ids > 0
+    by_launch = np.zeros(len(corr), dtype=bool)
+    if graph_launches:
+        corr_arr = np.asarray(corr, dtype=np.int64)
+        by_launch = ~recorded & np.isin(corr_arr, np.fromiter(graph_launches, dtype=np.int64))
+        ids = np.where(by_launch, corr_arr, ids)
+    ids[~recorded & ~by_launch] = -1
+    sources = [name for name, used in (("kineto graph id", recorded), ("graph launch correlation", by_launch))
+               if used.any()]  # fmt: skip
+    return ids, " + ".join(sources) or None
 
 
 def _runtime(path: Path, events: list[dict]) -> pd.DataFrame:
@@ -271,6 +427,9 @@ def _runtime(path: Path, events: list[dict]) -> pd.DataFrame:
 
 def memop_name(kineto_name: str, kind: str) -> str:
     """nsys wording for a Kineto memcpy/memset name; the Kineto name when the kind is not recognized."""
+    hip = HIP_OPS.get(kineto_name)
+    if hip is not None:
+        return hip[1]
     if kind == "memset":
         return "[CUDA memset]"
     m = _MEMCPY_KIND.search(kineto_name)
@@ -300,16 +459,17 @@ def _memops(path: Path, copies: list[dict], sets: list[dict], launch_pid: dict, 
     return _frame(columns, start, dur)
 
 
-def _range_events(by_cat: dict) -> list[dict]:
+def _range_events(roles: dict) -> list[dict]:
     """user_annotation events; in old traces without them, ProfilerStep#N operators."""
-    events = _pick(by_cat, RANGE_CATS)
+    events = roles["range"]
     if not any(STEP_NAME.match(str(e.get("name", ""))) for e in events):
-        events += [e for e in _pick(by_cat, CPU_OP_CATS) if STEP_NAME.match(str(e.get("name", "")))]
+        ops = roles["cpu_op"]
+        events = events + [e for e in ops if e.get("ph") == "X" and STEP_NAME.match(str(e.get("name", "")))]
     return events
 
 
-def _ranges(path: Path, by_cat: dict) -> pd.DataFrame:
-    events = _range_events(by_cat)
+def _ranges(path: Path, roles: dict) -> pd.DataFrame:
+    events = _range_events(roles)
     start, dur = _times(path, events, "user_annotation")
     tids = _ints(e.get("tid") for e in events)
     df = _frame(
@@ -379,8 +539,7 @@ def _threads(metadata: list[dict]) -> pd.DataFrame | None:
     )
 
 
-def _gpu_ranges(by_cat: dict) -> list[dict]:
-    events = _pick(by_cat, GPU_RANGE_CATS)
+def _gpu_ranges(events: list[dict]) -> list[dict]:
     out = []
     for e in events:
         start, dur = us_to_ns(e.get("ts", 0)), us_to_ns(e.get("dur", 0))
@@ -396,7 +555,7 @@ def _gpu_ranges(by_cat: dict) -> list[dict]:
     return out
 
 
-def _meta(path: Path, doc: dict, by_cat: dict, main_pid: int) -> dict:
+def _meta(path: Path, doc: dict, by_cat: dict, roles: dict, main_pid: int) -> dict:
     """Provenance: versions, distributed rank, time base, event counts per category."""
     meta = {
         "source": str(path),
@@ -407,7 +566,9 @@ def _meta(path: Path, doc: dict, by_cat: dict, main_pid: int) -> dict:
         "main_pid": main_pid,
         "versions": {k: v for k, v in doc.items() if VERSION_KEY.match(k) and isinstance(v, (int, str))},
         "event_counts": {str(c): len(v) for c, v in by_cat.items() if c is not None},
-        "gpu_user_annotations": _gpu_ranges(by_cat),
+        "gpu_user_annotations": _gpu_ranges(roles["gpu_range"]),
+        # HIP barrier and marker packets that roctracer-era Kineto logged as kernels, left out
+        "not_kernels": dict(Counter(str(e.get("name")) for e in roles["not_kernels"])),
     }
     dist = doc.get("distributedInfo")
     if isinstance(dist, dict):

@@ -5,11 +5,15 @@ untrusted file runs whatever its reduce opcodes name. ``SafeUnpickler`` refuses
 every global and every persistent id, so only dicts, lists, tuples, sets,
 strings, bytes, numbers, bools and None can come out of it.
 
-Format drift handled here and nowhere else: keys present or absent (time_us,
-frames, compile_context, user_metadata, block addresses), block state names
-(``active_pending_free`` vs ``active_awaiting_free``), legacy block
-``history``, legacy ``free`` actions, expandable segments
-(``segment_map``/``segment_unmap``), several devices.
+Format drift handled here and nowhere else, one named function per layout (LAYOUTS):
+the list of segment dicts that ``torch.cuda.memory_snapshot()`` returns, a dict
+without any trace event (history never recorded, or an empty ring buffer), the
+older dict whose blocks keep frames in ``history`` and whose events have no
+``time_us`` (torch 1.13-2.0), and the current dict. Within them: keys present
+or absent (time_us, frames, compile_context, user_metadata, block addresses),
+block state names (``active_pending_free`` vs ``active_awaiting_free``), legacy
+``free`` actions, ``oom`` events (``device_free`` in place of ``addr``),
+expandable segments (``segment_map``/``segment_unmap``), several devices.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import json
 import pickle
 import re
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +62,14 @@ ACTION_NAMES = {"free": "free_completed"}
 _SKIP_RE = re.compile("|".join(f"(?:{p})" for _, p in USER_FRAME_SKIP))
 _NATIVE_RE = [(re.compile(p), label) for p, label in NATIVE_LABELS]
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pickle.gz", ".pkl.gz")
+# Trace actions that change allocated or reserved bytes: a trace without any holds no history.
+HISTORY_ACTIONS = ("alloc", "free_requested", "free_completed", "free", "segment_alloc", "segment_free",
+                   "segment_map", "segment_unmap")  # fmt: skip
+OOM_COLUMNS = ("device", "seq", "size_bytes", "device_free_bytes", "stream", "time_ns", "stack_id", "top_frame")
+RECORD_HOW = (
+    "call torch.cuda.memory._record_memory_history(max_entries=1000000) before the allocations of interest, "
+    "then torch.cuda.memory._dump_snapshot('snapshot.pickle')"
+)
 
 
 class SafeUnpickler(pickle.Unpickler):
@@ -74,20 +87,28 @@ class MemorySnapshot:
     """The tables of one snapshot. ``meta``: path, devices, allocator settings, sidecar metadata."""
 
     events: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_EVENTS))
+    ooms: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(OOM_COLUMNS)))
     segments: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_SEGMENTS))
     blocks: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_BLOCKS))
     stacks: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_STACKS))
     meta: dict = field(default_factory=dict)
 
     def devices(self) -> list[int]:
-        """Devices with trace events, most events first."""
+        """Devices with trace events, most events first; then devices that only have segments, by number."""
         counts = self.events["device"].value_counts()
-        return [int(d) for d in counts.index]
+        traced = [int(d) for d in counts.index]
+        return traced + sorted({int(d) for d in self.segments["device"]} - set(traced))
+
+    def has_history(self, device: int) -> bool:
+        """Whether the device's trace holds allocation history (not only ``snapshot`` or ``oom`` entries)."""
+        ev = self.events
+        return bool((ev["action"].isin(HISTORY_ACTIONS) & (ev["device"] == device)).any())
 
     def on_device(self, device: int) -> MemorySnapshot:
         """The same snapshot restricted to one device (stacks are shared)."""
         return MemorySnapshot(
             events=self.events[self.events["device"] == device].reset_index(drop=True),
+            ooms=self.ooms[self.ooms["device"] == device].reset_index(drop=True),
             segments=self.segments[self.segments["device"] == device].reset_index(drop=True),
             blocks=self.blocks[self.blocks["device"] == device].reset_index(drop=True),
             stacks=self.stacks,
@@ -144,12 +165,52 @@ def load_snapshot_dict(path: Path) -> dict:
         raise InputError(f"{path}: truncated (the pickle or gzip stream ends early)") from None
     except (gzip.BadGzipFile, OSError, ValueError, TypeError, IndexError, KeyError, AttributeError) as err:
         raise InputError(f"{path}: not a readable snapshot pickle ({type(err).__name__}: {err})") from None
+    if _is_segment_list(data):
+        return _from_segment_list(data)
     if not isinstance(data, dict) or not ({"segments", "device_traces"} & set(data)):
         what = f"dict with keys {sorted(map(str, data))[:6]}" if isinstance(data, dict) else type(data).__name__
         raise InputError(
             f"{path}: not a torch.cuda.memory snapshot (a pickle of {what}; expected 'segments' and 'device_traces')"
         )
     return data
+
+
+def _is_segment_list(data) -> bool:
+    """The layout of ``torch.cuda.memory_snapshot()``: a non-empty list of segment dicts with blocks."""
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(isinstance(s, dict) and "blocks" in s and "total_size" in s for s in data)
+    )
+
+
+def _from_segment_list(data: list) -> dict:
+    """Layout "segment list": the segments at dump time as a snapshot dict without any trace."""
+    return {"segments": data, "device_traces": [], "layout": "segment list"}
+
+
+def snapshot_layout(data: dict) -> str:
+    """Which layout a loaded snapshot dict has (see LAYOUTS): the reader says it in every report."""
+    if data.get("layout") == "segment list":
+        return "segment list"
+    traces = data.get("device_traces") or []
+    if not any(isinstance(e, dict) and e.get("action") in HISTORY_ACTIONS for t in traces if t for e in t):
+        return "segments only"
+    blocks = (b for seg in data.get("segments") or [] for b in seg.get("blocks") or [])
+    first = next((e for t in traces if t for e in t), {})
+    if "time_us" not in first or any("history" in b for b in blocks):
+        return "legacy dict"
+    return "dict"
+
+
+# What each layout holds, as the report states it.
+LAYOUTS = {
+    "segment list": "a list of segments (torch.cuda.memory_snapshot()): the state at dump time, no allocation history",
+    "segments only": "a snapshot dict without allocation history (_record_memory_history was not running, or its "
+    "buffer was empty): the state at dump time only",
+    "legacy dict": "an older snapshot dict (torch 1.13-2.0: frames in block history, events without times)",
+    "dict": "a torch.cuda.memory._snapshot() dict with its allocation trace",
+}
 
 
 class _Stacks:
@@ -188,6 +249,13 @@ class _Stacks:
         self._keep.append(frames)
         return sid
 
+    def intern_all(self, frame_lists: list) -> list[int]:
+        """``intern`` of each list; lists seen before (most, in real snapshots) are looked up without a call."""
+        out = list(map(self.by_obj.get, map(id, frame_lists)))
+        for i in [i for i, sid in enumerate(out) if sid is None]:
+            out[i] = self.intern(frame_lists[i])
+        return out
+
     def frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.rows, columns=["stack_id", "top_frame", "stack"])
         return validate(df, MEMORY_STACKS)
@@ -215,10 +283,20 @@ def top_frame(frames: tuple) -> str:
     return NATIVE_ONLY
 
 
-def _events(traces: list, stacks: _Stacks) -> pd.DataFrame:
+def _column(trace: list[dict], key: str, default) -> list:
+    """One key of every event: by ``itemgetter`` (C speed) when all have it, else with ``default`` where absent."""
+    try:
+        return list(map(itemgetter(key), trace))
+    except KeyError:
+        return [e.get(key, default) for e in trace]
+
+
+def _events(traces: list, stacks: _Stacks) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The events table and the ``oom`` entries with the free device memory they record (OOM_COLUMNS)."""
     cols: dict[str, list] = {
         c: [] for c in ("seq", "device", "action", "addr", "size", "stream", "time_us", "stack_id")
     }
+    device_free = []
     for device, trace in enumerate(traces):
         if not trace:
             continue
@@ -227,14 +305,19 @@ def _events(traces: list, stacks: _Stacks) -> pd.DataFrame:
         n = len(trace)
         cols["seq"].append(np.arange(n, dtype=np.int64))
         cols["device"].append(np.full(n, device, dtype=np.int64))
-        cols["action"] += [ACTION_NAMES.get(e["action"], e["action"]) for e in trace]
-        cols["addr"] += [e.get("addr", -1) for e in trace]
-        cols["size"] += [e.get("size", 0) for e in trace]
-        cols["stream"] += [e.get("stream", 0) for e in trace]
-        cols["time_us"] += [e.get("time_us", -1) for e in trace]
-        cols["stack_id"] += [stacks.intern(e.get("frames")) for e in trace]
+        actions = list(map(itemgetter("action"), trace))  # an event without an action is malformed
+        if any(a in ACTION_NAMES for a in set(actions)):
+            actions = [ACTION_NAMES.get(a, a) for a in actions]
+        cols["action"] += actions
+        cols["addr"] += _column(trace, "addr", -1)  # oom entries carry device_free instead
+        cols["size"] += _column(trace, "size", 0)
+        cols["stream"] += _column(trace, "stream", 0)
+        cols["time_us"] += _column(trace, "time_us", -1)
+        cols["stack_id"] += stacks.intern_all(_column(trace, "frames", None))
+        if "oom" in actions:
+            device_free += [(device, i, trace[i].get("device_free", -1)) for i, a in enumerate(actions) if a == "oom"]
     if not cols["seq"]:
-        return empty(MEMORY_EVENTS)
+        return empty(MEMORY_EVENTS), pd.DataFrame(columns=list(OOM_COLUMNS))
     time_us = np.asarray(cols["time_us"], dtype=np.int64)
     df = pd.DataFrame(
         {
@@ -249,7 +332,20 @@ def _events(traces: list, stacks: _Stacks) -> pd.DataFrame:
         }
     )
     df["top_frame"] = _top_frames(df["stack_id"].to_numpy(), stacks)
-    return validate(df, MEMORY_EVENTS)
+    df = validate(df, MEMORY_EVENTS)
+    return df, _ooms(df, device_free)
+
+
+def _ooms(events: pd.DataFrame, device_free: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """``oom`` entries: size is the rounded request that failed; ``device_free`` what cudaMemGetInfo reported."""
+    rows = events[events["action"] == "oom"]
+    free = {(d, i): int(f if f is not None else -1) for d, i, f in device_free}
+    out = pd.DataFrame(
+        {c: rows[c].to_numpy() for c in ("device", "seq", "size_bytes", "stream", "time_ns", "stack_id")}
+    )
+    out["device_free_bytes"] = [free[(d, i)] for d, i in zip(out["device"].tolist(), out["seq"].tolist(), strict=True)]
+    out["top_frame"] = rows["top_frame"].astype(str).to_numpy()
+    return out[list(OOM_COLUMNS)].astype({c: "int64" for c in OOM_COLUMNS if c != "top_frame"})
 
 
 def _top_frames(stack_ids: np.ndarray, stacks: _Stacks) -> pd.Categorical:
@@ -317,27 +413,27 @@ def _segments_and_blocks(segments: list, stacks: _Stacks) -> tuple[pd.DataFrame,
 
 
 def read_memory_snapshot(path: Path | str) -> MemorySnapshot:
-    """Read one snapshot pickle (``.pickle``, ``.pkl``, optionally gzipped) into tables.
+    """Read one snapshot pickle (``.pickle``, ``.pkl``, optionally gzipped) of any layout (LAYOUTS) into tables.
 
-    Raises InputError when the file is missing, not a pickle, truncated,
-    references code, is not a snapshot, or has no trace events on any device
-    (history was not recorded).
+    A snapshot without allocation history still holds the segments and blocks at
+    dump time; ``meta["layout"]`` says which layout it was. Raises InputError when
+    the file is missing, not a pickle, truncated, references code, or is not a snapshot.
     """
     path = Path(path)
     data = load_snapshot_dict(path)
     traces = data.get("device_traces") or []
     if not isinstance(traces, list):
         raise InputError(f"{path}: device_traces is a {type(traces).__name__}, expected a list per device")
-    if not any(traces):
-        nseg = len(data.get("segments") or [])
-        raise InputError(
-            f"{path}: no trace events on any device ({nseg} segments only); record with "
-            "torch.cuda.memory._record_memory_history() before the allocations of interest"
-        )
+    segments = data.get("segments") or []
+    if not isinstance(segments, list):
+        raise InputError(f"{path}: segments is a {type(segments).__name__}, expected a list of segment dicts")
+    if not any(traces) and not segments:
+        raise InputError(f"{path}: an empty snapshot (no segments and no trace events on any device)")
     stacks = _Stacks()
     try:
-        events = _events(traces, stacks)
-        segs, blocks = _segments_and_blocks(data.get("segments") or [], stacks)
+        events, ooms = _events(traces, stacks)
+        segs, blocks = _segments_and_blocks(segments, stacks)
+        layout = snapshot_layout(data)
     except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as err:
         raise InputError(f"{path}: malformed snapshot ({type(err).__name__}: {err})") from None
     stack_df = stacks.frame()
@@ -345,14 +441,16 @@ def read_memory_snapshot(path: Path | str) -> MemorySnapshot:
         blocks["top_frame"] = _top_frames(blocks["stack_id"].to_numpy(), stacks)
     blocks = validate(blocks, MEMORY_BLOCKS)
     settings = data.get("allocator_settings") if isinstance(data.get("allocator_settings"), dict) else {}
-    first = next(t[0] for t in traces if t)
+    first = next((t[0] for t in traces if t), {})
     meta = {
         "path": str(path),
         "format": "torch-memory-snapshot",
+        "layout": layout,
         "file_bytes": path.stat().st_size,
         "events_per_device": {d: len(t) for d, t in enumerate(traces) if t},
         "event_keys": sorted(first),
         "has_time": "time_us" in first,
+        "frames_recorded": bool((blocks["stack_id"] >= 0).any() or (events["stack_id"] >= 0).any()),
         "allocator_settings": settings,
         "expandable_segments": bool(settings.get("expandable_segments")) or bool((segs["is_expandable"] == 1).any()),
         "external_annotations": len(data.get("external_annotations") or []),
@@ -361,4 +459,4 @@ def read_memory_snapshot(path: Path | str) -> MemorySnapshot:
         ),
         "sidecar": read_sidecar(path),
     }
-    return MemorySnapshot(events=events, segments=segs, blocks=blocks, stacks=stack_df, meta=meta)
+    return MemorySnapshot(events=events, ooms=ooms, segments=segs, blocks=blocks, stacks=stack_df, meta=meta)

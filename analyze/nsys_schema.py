@@ -34,16 +34,33 @@ KERNEL_COLUMNS = (
      "blockX", "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory"),
 )  # fmt: skip
 RUNTIME_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
-# What the breakdowns use (details=False): no launch shapes, registers, shared memory, streams or API
-# names, and one kernel name (KERNEL_NAME). Each column of a million kernels costs ~0.05 s.
+# What the breakdowns use (details=False): no launch shapes, registers, shared memory or streams, and one
+# kernel name (KERNEL_NAME). Each column of a million kernels costs ~0.05 s. The runtime calls' API
+# names (nameId) are read for the report's CUDA API summary.
 KERNEL_LEAN_COLUMNS = (("start", "end"), ("deviceId", "correlationId", "globalPid"))
 KERNEL_NAME = {"nameId": ("demangledName", "shortName")}  # the demangled name where recorded, else the short one
-RUNTIME_LEAN_COLUMNS = (("start", "end"), ("globalTid", "correlationId"))
+RUNTIME_LEAN_COLUMNS = (("start", "end"), ("nameId", "globalTid", "correlationId"))
 MEMCPY_COLUMNS = (("start", "end"), ("bytes", "copyKind", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMSET_COLUMNS = (("start", "end"), ("bytes", "deviceId", "streamId", "correlationId", "globalPid"))
 MEMOP_TABLES = {"CUPTI_ACTIVITY_KIND_MEMCPY": MEMCPY_COLUMNS, "CUPTI_ACTIVITY_KIND_MEMSET": MEMSET_COLUMNS}
 NVTX_TABLE = "NVTX_EVENTS"
 NVTX_COLUMNS = (("start", "eventType"), ("end", "textId", "globalTid", "endGlobalTid", "domainId"))  # and text
+# CUDA graphs. nsys's default (--cuda-graph-trace=graph where the driver allows) records a graph launch as one row
+# of GRAPH_TRACE_TABLE (graphId and graphExecId NOT NULL; 2022.4's schema 3.0.0 has no such table) and none of the
+# kernels inside it. With --cuda-graph-trace=node those kernels are rows of the kernel table carrying graphNodeId
+# (schema 3.0 on) and graphId (3.27; not yet in 3.17, which names no graph). CUPTI gives 0 for a kernel launched
+# on its own, nsys writes NULL there.
+GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+GRAPH_TRACE_COLUMNS = (
+    ("start", "end"),
+    ("deviceId", "streamId", "correlationId", "globalPid", "graphId", "graphExecId"),
+)
+KERNEL_GRAPH_COLUMNS = (
+    "graphId",
+    "graphNodeId",
+)  # the first one the kernel table has is read (``Catalog.graph_column``)
+GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")  # StringIds names start so ("cudaGraphLaunch_v10000")
+GRAPH_EVENT_TABLES = (GRAPH_TRACE_TABLE, "CUDA_GRAPH_NODE_EVENTS", "CUDA_GRAPH_EVENTS")  # rows here: graphs were used
 
 COLUMNAR_BATCH_ROWS = 1 << 24  # rows per Arrow batch of an ADBC read (buffers grow as rows come, none preallocated)
 MISSING = -1  # NULL or absent integer column (nsys ids, times and sizes are never negative)
@@ -111,6 +128,33 @@ class Catalog:
             raise InputError(
                 f"{path}: SQLite file is not an Nsight Systems export (no StringIds or export metadata table)"
             )
+        self.graph_column = self._graph_column()
+
+    def _graph_column(self) -> str | None:
+        """The kernel table's column that tells the CUDA graph a kernel ran in (KERNEL_GRAPH_COLUMNS), where the
+        export shows graphs in use: a graph launch call among its strings, or a row in a graph table.
+
+        Elsewhere (None) no kernel can carry a graph id, and the column (all NULL, near the end of each record) is
+        left unread: in the kernel read it cost 0.05-0.1 s of 1.1M kernels, read apart 0.2 s. Looked up here, on the
+        connection's thread, so that the reader and the early read make the same read. A damaged table found here
+        counts as no sign: its own read reports it.
+        """
+        column = next((c for c in KERNEL_GRAPH_COLUMNS if c in self.columns.get(KERNEL_TABLE, ())), None)
+        if column is None:
+            return None
+        launch = " OR ".join(f"value GLOB '{api}*'" for api in GRAPH_LAUNCH_APIS)
+        signs = [f'SELECT 1 FROM "{table}" LIMIT 1' for table in GRAPH_EVENT_TABLES if self.has(table)]
+        signs += [f"SELECT 1 FROM StringIds WHERE {launch} LIMIT 1"] if self.has("StringIds") else []
+        try:
+            return column if any(self.conn.execute(sql).fetchone() for sql in signs) else None
+        except (sqlite3.DatabaseError, UnicodeDecodeError):
+            return None
+
+    def with_graph_column(
+        self, spec: tuple[tuple[str, ...], tuple[str, ...]]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """A kernel table read ``spec`` plus the graph column, where one is read (``graph_column``)."""
+        return spec if self.graph_column is None else (spec[0], (*spec[1], self.graph_column))
 
     def has(self, table: str) -> bool:
         return table in self.columns
@@ -189,7 +233,7 @@ class Catalog:
 
     def lean_kernel_read(self) -> IntegerRead:
         """The read of the kernel table that a report makes (``read_nsys_sqlite(details=False)``)."""
-        return self.integer_read(KERNEL_TABLE, KERNEL_LEAN_COLUMNS, KERNEL_NAME)
+        return self.integer_read(KERNEL_TABLE, self.with_graph_column(KERNEL_LEAN_COLUMNS), KERNEL_NAME)
 
     def lean_runtime_read(self) -> IntegerRead:
         """The read of the runtime table that a report makes (``read_nsys_sqlite(details=False)``)."""

@@ -18,10 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from analyze.errors import InputError
 from analyze.intervals import nesting_depth
 from analyze.nsys_schema import (
+    GRAPH_TRACE_COLUMNS,
+    GRAPH_TRACE_TABLE,
     KERNEL_COLUMNS,
     KERNEL_TABLE,
     MEMOP_TABLES,
@@ -37,7 +40,7 @@ from analyze.nsys_schema import (
     fetch_integers,
     take_prefetched,
 )
-from analyze.tables import Trace, one_value, with_columns
+from analyze.tables import KERNELS, Trace, one_value, with_columns
 
 SUPPORTED_SCHEMA_MAJOR = (2, 3)
 
@@ -70,6 +73,9 @@ MEMCPY_KIND_LABELS = {
 }
 
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
+# graph_id of a kernel that ran inside a CUDA graph the export does not name (a kernel table with graphNodeId and
+# no graphId): CUPTI numbers graphs from 1 and gives 0 to a kernel launched on its own, so 0 is no graph's id.
+UNNAMED_GRAPH = 0
 
 
 def pid_of(global_id: pd.Series | np.ndarray) -> np.ndarray:
@@ -281,7 +287,17 @@ def _strings(exp: Export) -> pd.Series:
 
 def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Categorical:
     """Map StringIds ids to a categorical of names (unknown ids -> fallback), via codes not objects."""
-    inverse, uniq = pd.factorize(np.asarray(ids, dtype=np.int64), sort=True)  # hashing: faster than np.unique
+    ids = np.asarray(ids, dtype=np.int64)
+    high = int(ids.max()) if len(ids) else -1
+    if len(ids) and high < 4 * len(ids) + (1 << 20) and ids.min() >= 0:  # string ids are small: a table, no hashing
+        present = np.zeros(high + 1, dtype=bool)  # (1.4M runtime rows: 3-12 ms, against 50-100 for factorize)
+        present[ids] = True
+        uniq = np.flatnonzero(present)
+        lookup = np.zeros(high + 1, dtype=np.int32)
+        lookup[uniq] = np.arange(len(uniq), dtype=np.int32)
+        inverse = lookup[ids]
+    else:
+        inverse, uniq = pd.factorize(ids, sort=True)  # hashing: faster than np.unique
     names = pd.Index(strings.reindex(uniq).fillna(fallback).astype(str).to_numpy())
     codes, cats = pd.factorize(names)  # two ids may carry the same text
     return pd.Categorical.from_codes(codes[inverse], categories=cats)
@@ -298,11 +314,17 @@ def _times(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
-    """Kernels; without ``details`` both names are the demangled one (else the short one), shapes and streams -1."""
+    """Kernels, and CUDA graph launches traced whole (``read_graph_launches``) as kernels named "[CUDA graph N]".
+
+    Without ``details`` both names are the demangled one (else the short one), shapes and streams -1.
+    """
+    launches = read_graph_launches(exp, details) if exp.has(GRAPH_TRACE_TABLE) else None
+    if not exp.has(KERNEL_TABLE):
+        return launches
     table = KERNEL_TABLE
     no_name = InputError(f"{exp.path}: {table} has no kernel name column")
     if details:
-        df = _times(exp.select(table, KERNEL_COLUMNS))
+        df = _times(exp.select(table, exp.with_graph_column(KERNEL_COLUMNS)))
         short, demangled = df["shortName"], df["demangledName"]
         if ((short == MISSING) & (demangled == MISSING)).all():
             raise no_name
@@ -314,13 +336,13 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
             raise no_name
         df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
         df["name"] = df["demangled_name"]
-    df = with_columns(df, {"pid": pids_of(df["globalPid"].to_numpy())})
+    df = with_columns(df, {"pid": pids_of(df["globalPid"].to_numpy()), "graph_id": _graph_ids(df, exp.graph_column)})
     if details:
         df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
     else:
         unread = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread")
         df = with_unread_columns(df, [*unread, "shared_memory_bytes", "stream_id"])
-    return df.rename(
+    df = df.rename(
         columns={
             "deviceId": "device_id",
             "streamId": "stream_id",
@@ -334,19 +356,84 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
             "registersPerThread": "registers_per_thread",
         }
     )
+    return df if launches is None else _with_launches(df, launches)
+
+
+def _graph_ids(df: pd.DataFrame, column: str | None) -> np.ndarray:
+    """graph_id of each kernel row: its graphId, UNNAMED_GRAPH where only graphNodeId says it ran in a graph, -1
+    where it ran on its own; a read-only view of -1 where the graph column was not read (``Catalog.graph_column``)."""
+    if column is None:
+        return np.broadcast_to(np.int64(MISSING), len(df))
+    ids = df[column].to_numpy()
+    in_graph = ids > 0  # NULL reads as MISSING; 0 is CUPTI's "no graph"
+    return np.where(in_graph, ids if column == "graphId" else UNNAMED_GRAPH, MISSING)
+
+
+def read_graph_launches(exp: Export, details: bool = True) -> pd.DataFrame | None:
+    """CUDA graph launches traced whole (nsys ``--cuda-graph-trace=graph``), one kernels row each, or None if none.
+
+    Named "[CUDA graph N]" (N: the graphId, else the graphExecId), graph_id N, launch shapes, registers
+    and shared memory -1; correlation_id is the launching cudaGraphLaunch call's, so NVTX ranges claim them.
+    Without ``details`` streams are -1, as for kernels.
+    """
+    df = exp.select(GRAPH_TRACE_TABLE, GRAPH_TRACE_COLUMNS)
+    if not len(df):
+        return None
+    df = _times(df)
+    graph = df["graphId"].to_numpy()
+    graph = np.where(graph != MISSING, graph, df["graphExecId"].to_numpy())
+    graph = np.where(graph != MISSING, graph, UNNAMED_GRAPH)
+    ids, codes = np.unique(graph, return_inverse=True)
+    names = pd.Categorical.from_codes(codes.reshape(-1), categories=[f"[CUDA graph {g}]" for g in ids])
+    unset = np.broadcast_to(np.int64(MISSING), len(df))
+    shape = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread")
+    columns = {
+        "start_ns": df["start_ns"].to_numpy(),
+        "end_ns": df["end_ns"].to_numpy(),
+        "duration_ns": df["duration_ns"].to_numpy(),
+        "name": names,
+        "demangled_name": names,
+        "device_id": df["deviceId"].to_numpy(),
+        "stream_id": df["streamId"].to_numpy() if details else unset,
+        "correlation_id": df["correlationId"].to_numpy(),
+        "graph_id": graph,
+        "pid": pids_of(df["globalPid"].to_numpy()),
+        **dict.fromkeys((*shape, "shared_memory_bytes"), unset),
+    }
+    return pd.DataFrame({c: columns[c] for c in KERNELS}, copy=False)
+
+
+def _with_launches(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+    """The kernel rows, then the graph launches that no kernel row already stands for.
+
+    A launch whose kernels were also traced one by one (a kernel with a graph id, launched by the same call of
+    the same process) would count twice: that launch is left out.
+    """
+    in_graph = kernels["graph_id"].to_numpy() != MISSING
+    if in_graph.any():
+        traced = pd.MultiIndex.from_arrays(
+            [kernels["pid"].to_numpy()[in_graph], kernels["correlation_id"].to_numpy()[in_graph]]
+        )
+        keys = pd.MultiIndex.from_arrays([launches["pid"].to_numpy(), launches["correlation_id"].to_numpy()])
+        launches = launches[~keys.isin(traced)]
+    if not len(launches):
+        return kernels
+    columns = {}
+    for c, dtype in KERNELS.items():
+        parts = [kernels[c], launches[c]]
+        if dtype == "category":
+            columns[c] = union_categoricals([pd.Categorical(p) for p in parts])
+        else:
+            columns[c] = np.concatenate([p.to_numpy() for p in parts])
+    return pd.DataFrame(columns, copy=False)
 
 
 def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
-    """CUDA runtime calls; without ``details`` their API names are not read (left "")."""
+    """CUDA runtime and driver calls, with their API names (both reads: the CUDA API summary needs them)."""
     # without details: the read a report prefetches
     df = _times(exp.select(RUNTIME_TABLE, RUNTIME_COLUMNS) if details else exp.read(exp.lean_runtime_read()))
     gtid = df["globalTid"].to_numpy()
-    name = (
-        _decode(df["nameId"], strings, "<unknown API>")
-        if details
-        else pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), categories=[""])
-    )
-    df = df.assign(name=name, correlation_id=df["correlationId"])
+    df = df.assign(name=_decode(df["nameId"], strings, "<unknown API>"), correlation_id=df["correlationId"])
     return with_columns(df, {"pid": pids_of(gtid, missing=None), "tid": tids_of(gtid)})
 
 
@@ -557,13 +644,13 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
     """Read one nsys SQLite export into normalized tables.
 
     Absent tables (no kernels ran, no GPU, no NVTX) give empty tables, not errors.
+    CUDA graph launches traced whole are rows of the kernels table (``read_graph_launches``).
     Raises InputError for a missing, non-SQLite, non-nsys, truncated or corrupt
     file, or a schema major version this reader does not know.
 
     ``details=False`` skips what the breakdowns never use, a third of the reading
     on a big export: kernel launch shapes, registers, shared memory, streams and NVTX
-    nesting depths come back as -1, kernel ``name`` as the demangled name,
-    runtime API names as "".
+    nesting depths come back as -1, kernel ``name`` as the demangled name.
 
     ``runtime_later=True`` returns before the runtime table (the biggest) is read when it is
     read on another thread (``Trace.arriving``): a report starts on the kernels meanwhile.
@@ -575,13 +662,11 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
         version = check_schema_version(path, meta)
         strings = _strings(exp)
         # The big tables are read and decoded on worker threads while NVTX is read here.
-        readers = {
-            "kernels": (KERNEL_TABLE, read_kernels),
-            "runtime": (RUNTIME_TABLE, read_runtime),
-        }
-        pending = {
-            attr: exp.soon(read, exp, strings, details) for attr, (table, read) in readers.items() if exp.has(table)
-        }
+        pending = {}
+        if exp.has(KERNEL_TABLE) or exp.has(GRAPH_TRACE_TABLE):  # graph launches traced whole: kernels of a kind
+            pending["kernels"] = exp.soon(read_kernels, exp, strings, details)
+        if exp.has(RUNTIME_TABLE):
+            pending["runtime"] = exp.soon(read_runtime, exp, strings, details)
         memop_tables = {t: exp.select_soon(t, spec) for t, spec in MEMOP_TABLES.items() if exp.has(t)}
         trace = Trace(
             meta={

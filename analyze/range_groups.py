@@ -24,21 +24,38 @@ def range_pattern(name: str) -> str:
 def group_numbered_ranges(ranges: pd.DataFrame, min_members: int = MIN_MEMBERS) -> pd.DataFrame:
     """``ranges`` (one row per range name, as ``summarize_ranges`` returns) with numbered names folded.
 
-    Sums stay sums (instances, CPU, GPU span and kernel totals); averages are recomputed from them;
-    ``*_frac`` category shares are weighted by kernel time. Added columns: ``members`` (names folded
-    into the row, 1 for a plain range) and ``member_cpu_min_ns`` / ``_median_ns`` / ``_max_ns``, the
-    spread of the members' CPU totals. Rows are sorted by CPU time like the input.
+    A folded row keeps the sums (instances, CPU, GPU span and kernel totals), recomputes the averages
+    and weights the ``*_frac`` category shares by kernel time; per-instance statistics that its members'
+    rows cannot give (CPU median, standard deviation) are left empty. Added columns: ``members`` (names
+    folded into the row, 1 for a plain range) and ``member_cpu_min_ns`` / ``_median_ns`` / ``_max_ns``,
+    the spread of the members' CPU totals. Rows without a name (kernels outside every range) and plain
+    ranges pass through unchanged. Rows are sorted by CPU time like the input.
     """
-    names = ranges["range"].astype(str)
-    patterns = names.map(range_pattern)
-    members = names.groupby(patterns).transform("nunique")
-    key = patterns.where(members >= min_members, names)
+    names = ranges["range"]
+    patterns = pd.Series([range_pattern(n) if isinstance(n, str) else None for n in names], index=ranges.index)
+    members = patterns.map(patterns.value_counts())
+    fold = (members >= min_members).to_numpy()
+    plain = ranges[~fold].assign(
+        members=1,
+        member_cpu_min_ns=ranges["cpu_total_ns"],
+        member_cpu_median_ns=ranges["cpu_total_ns"],
+        member_cpu_max_ns=ranges["cpu_total_ns"],
+    )
+    if not fold.any():
+        return plain
+    folded = _fold(ranges[fold], patterns[fold].to_numpy())
+    out = pd.concat([plain, folded.reindex(columns=plain.columns)], ignore_index=True)
+    return out.sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _fold(ranges: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
+    """One row per pattern in ``key``: sums, recomputed averages, kernel-time-weighted shares, members' spread."""
     totals = ["instances", "cpu_total_ns", "projected_instances", "gpu_span_total_ns", "kernels", "kernel_time_ns"]
     totals = [c for c in totals if c in ranges]
     fracs = [c for c in ranges.columns if c.endswith("_frac")]
-    weighted = ranges[fracs].mul(ranges["kernel_time_ns"], axis=0) if fracs else ranges[[]]
+    weighted = ranges[fracs].mul(ranges["kernel_time_ns"], axis=0)
     parts = pd.concat([ranges[totals], weighted, ranges["cpu_total_ns"].rename("cpu")], axis=1)
-    grouped = parts.groupby(key.to_numpy(), sort=False)
+    grouped = parts.groupby(key, sort=False)
     out = grouped[totals].sum()
     out["members"] = grouped.size()
     out["member_cpu_min_ns"] = grouped["cpu"].min()
@@ -50,6 +67,4 @@ def group_numbered_ranges(ranges: pd.DataFrame, min_members: int = MIN_MEMBERS) 
     kernel_ns = out["kernel_time_ns"].replace(0, np.nan)
     for col in fracs:
         out[col] = (grouped[col].sum() / kernel_ns).fillna(0)
-    out = out.rename_axis("range").reset_index()
-    order = [c for c in ranges.columns if c in out] + [c for c in out.columns if c not in ranges]
-    return out[order].sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
+    return out.rename_axis("range").reset_index()

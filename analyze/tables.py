@@ -29,6 +29,7 @@ KERNELS = {
     "device_id": I64,
     "stream_id": I64,
     "correlation_id": I64,
+    "graph_id": I64,  # CUDA graph the kernel ran in (nsys graphId, Kineto "graph id"); -1 when launched on its own
     "pid": I64,  # launching process (rank in multi-process runs)
     "grid_x": I64,
     "grid_y": I64,

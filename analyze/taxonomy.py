@@ -21,8 +21,8 @@ matches decides:
 
 To add a library's kernels, add a row (or an example to a row) with a real name; tests
 check every example is decided by its own row, and every name of the corpus
-tests/data/kernel_names/corpus.csv (1,870 real names, from captures of many vendors and
-generations) lands in the category it was labelled with.
+tests/data/kernel_names/corpus.csv (2,219 real names: 937 from captures of many vendors and
+generations, 1,282 from ROCm/aiter's kernel tables) lands in the category it was labelled with.
 """
 
 from __future__ import annotations
@@ -56,18 +56,21 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
      ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(long const*)",
       "kv_append_t.kd")),
     # FlashAttention 2 (flash_fwd_kernel) and 3 (cutlass::device_kernel<flash::FlashAttnFwdSm90>), cuDNN's
-    # SDPA engines and their dO*O / dQ helpers, FlashInfer, xFormers fmha, aiter's asm fmha/mla/pa (pa_* is
-    # paged attention), Gated DeltaNet (gdn_*: a linear-attention layer, its causal conv included).
+    # SDPA engines and their dO*O / dQ helpers, FlashInfer, xFormers fmha, aiter's asm fmha/mla/pa (the word pa is
+    # paged attention), Gated DeltaNet (gdn_*, llama.cpp's gated_delta_net, FLA's *gated_delta_rule*: a
+    # linear-attention layer, its causal conv included).
     # Before GEMM: fmha_cutlassF_* also says cutlass.
     ("attention", "flash",
-     r"flash|fmha|\bmha\b|\bmla\b|attn|attention|sdpa|\bxqa\b|dot do o|convert dq|\bpaged|\bkv cache|merge states|decode with|prefill with|^pa\b|\bgqa\b|\bmqa\b|\bgdn\b",
+     r"flash|fmha|\bmha\b|\bmla\b|attn|attention|sdpa|\bxqa\b|dot do o|convert dq|\bpaged|\bkv cache|merge states|decode with|prefill with|\bpa\b|\bgqa\b|\bmqa\b|\bgdn\b|\bgated delta (net|rule)",
      ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>",
       "void cutlass::device_kernel<flash::FlashAttnBwdPreprocess<cute::tuple<cute::C<64>, cute::C<192> >, cutlass::bfloat16_t, float, cutlass::arch::Sm90, true, true> >(flash::FlashAttnBwdPreprocess<cute::tuple<cute::C<64>, cute::C<192> >, cutlass::bfloat16_t, float, cutlass::arch::Sm90, true, true>::Params)",
       "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0",
       "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::MaskMode)1, 128u, 1u, 4u, 8u, 8u, 1u, 1u, (flashinfer::PosEncodingMode)0, __half, __half, __half, float, int, flashinfer::DefaultAttention<false, false, false, false> >, flashinfer::BatchPrefillPagedParams<__half, __half, __half, int> >(flashinfer::BatchPrefillPagedParams<__half, __half, __half, int>)",
       "fmha_cutlassF_bf16_aligned_64x64_rf_sm80",
       "_ZN5aiter31pa_bf16_pertokenFp8_gqa8_2tg_4wE",
-      "gdn_conv_t2.kd")),
+      "void kn_get_pa_metadata_v1_2<PaMetadataV12Traits<128, false, 1, true, false> >(PaMetadataV1KernelParameter)",
+      "gdn_conv_t2.kd",
+      "void gated_delta_net_cuda<128, false, false>(float const*, float const*, float const*, float const*, float const*, float const*, float*, float*, long, long, long, long, long, long, long, long, long, long, long, long, HIP_vector_type<unsigned int, 3u>, HIP_vector_type<unsigned int, 3u>, float, long, int)")),  # llama.cpp HIP, gfx1151
     # MoE routing picks the top-k experts per token: a selection, counted with reductions. Before
     # softmax because vLLM's router is topkGatingSoftmax (aiter's: topksoftmax).
     ("reduction", "moe_routing",
@@ -136,9 +139,10 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # Vendor GEMM libraries: cuBLAS (sm80/sm90 xmma, nvjet, ampere_*gemm, gemv2T), cuBLASLt (bmm_* on
     # sm100, splitKreduce), CUTLASS 2/3 (cutlass_80_tensorop_*, cutlass3x_*, device_kernel<GemmKernel>),
     # AMD Tensile/hipBLASLt (Cijk_*: its tuning token ONLL1 is no "nll"), rocBLAS, Composable Kernel
-    # (kernel_gemm_xdl_*), aiter asm GEMMs, llama.cpp mul_mat. "fbgemm" is FBGEMM, not a GEMM.
+    # (kernel_gemm_xdl_*), aiter asm GEMMs, FlyDSL's mfma_* kernels (MFMA is AMD's matrix-core FMA, as
+    # wgmma/hgmma are NVIDIA's), llama.cpp mul_mat. "fbgemm" is FBGEMM, not a GEMM.
     ("gemm", "dense",
-     r"(?<!fb)gemm|gemv|xmma|nvjet|\bwgmma|hgmma|cublas|matmul|\bb?mm\b|\bcijk\b|cutlass|\bsplit ?k ?reduce|\breduce split ?k|\bdot product|\bmul mat\b|\bmatrix mul",
+     r"(?<!fb)gemm|gemv|xmma|nvjet|\bwgmma|hgmma|\bmfma\b|cublas|matmul|\bb?mm\b|\bcijk\b|cutlass|\bsplit ?k ?reduce|\breduce split ?k|\bdot product|\bmul mat\b|\bmatrix mul",
      ("ampere_sgemm_128x64_tn",
       "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
       "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN",
@@ -152,6 +156,7 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void rocblas_gemvt_kernel<true, 256, float, float, float>(int, int, float, long, float const*, long, long, float const*, long, long, float, long, float*, long, long)",
       "void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3<ck::tensor_layout::gemm::RowMajor, ck::tensor_layout::gemm::ColumnMajor, ck::tensor_layout::gemm::RowMajor, ck::bhalf_t, ck::bhalf_t, float, ck::bhalf_t>, true, (ck::InMemoryDataOperationEnum)0, 2, (ck::TailNumber)1>(ck::Argument)",
       "_ZN5aiter24bf16gemm_bf16_tn_256x256E",
+      "mfma_moe1_bs_fp8_f16_cshuffle_t16x256x128_wpe2_abi8",  # FlyDSL MoE stage 1 on MI355
       "void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, __nv_bfloat16, __nv_bfloat16, float, __nv_bfloat16, (bool)0>(cublasLt::cublasSplitKParams<float>)")),
     ("reduction", "pooling", r"\bpool",
      ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*, long*)",)),
@@ -162,28 +167,36 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
      r"rotary|\brope\b|\bwith index\b|\barange|\blinspace|exponential|swiglu|\bsilu|\bgelu|\bgeglu|\bact and mul",
      ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int)",
       "void cuda::swiglu_and_per_channel_cast_and_transpose<256, 128, false>(void const*, unsigned char*, float*, int, int, float, __nv_fp8_interpretation_t)")),
+    # Sorts, scans and selections; rocPRIM/CUB partition (stream compaction, behind nonzero/unique) too.
     ("reduction", "topk_sort",
-     r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep",
+     r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep|\bpartition",
      ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float, unsigned int>)",)),
     # Copies, fills, gathers and layout changes. ATen's pointwise launchers are named by their functor
     # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not. "fill"
     # counts only as the first word: masked_fill reads a mask and an input, it is pointwise.
     ("memory", "copy_layout",
-     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\bnchw|\bnhwc|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
+     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\bnchw|\bnhwc|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
      ("void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda(TensorIteratorBase&)>>(int)",
       "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
-      "__amd_rocclr_fillBufferAligned.kd")),
+      "__amd_rocclr_fillBufferAligned.kd",
+      "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)")),
     ("reduction", "reduce",
      r"reduc|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
      ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>>(T3)",
       "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)")),
     # Anything under ATen's pointwise launchers lands here once its functor said nothing more
     # specific; MIOpen's tensor ops (Op2dTensorGeneric, SubTensorOpWithScalar1d) are pointwise too.
+    # Arithmetic spelled out (subtract_kernel, array_divide) is pointwise; "matrix multiply" was
+    # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
+    # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"elementwise|pointwise|functor|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bdiv\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized",
+     r"elementwise|pointwise|functor|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
+      "subtract_kernel(float*, float const*, float const*, int, int)",  # rocprofv3 sample app
+      "void at::native::triu_tril_kernel<bool, int, false, 8, false>(at::cuda::detail::TensorInfo<bool, int>, at::cuda::detail::TensorInfo<bool const, int>, long, long, int)",
+      "void rocprim::ROCPRIM_400200_NS::detail::trampoline_kernel<rocprim::ROCPRIM_400200_NS::detail::wrapped_transform_config<rocprim::ROCPRIM_400200_NS::default_config, unsigned long, true>, (rocprim::ROCPRIM_400200_NS::detail::target_arch)950, rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1}, rocprim::ROCPRIM_400200_NS::detail::default_config_selector>(rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1})",
       "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)")),
 )  # fmt: skip
 
@@ -217,6 +230,7 @@ _WRAPPERS = frozenset(
         "elementwise_kernel_manual_unroll",
         "gpu_kernel_impl",
         "gpu_kernel_impl_nocast",
+        "trampoline_kernel",  # rocPRIM device algorithms: trampoline_kernel<wrapped_reduce_config<...>, ...>
     }
 )
 _SCALAR_TYPES = frozenset(

@@ -171,6 +171,7 @@ def dkdv_alone(q, k, v, do, o, lse, config, opts):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from workloads import flash_triton as ft
+    from workloads.triton_launch import launch
 
     bh, n, d = q.shape
     delta = torch.zeros((bh, n), dtype=torch.float32, device=q.device)
@@ -181,7 +182,7 @@ def dkdv_alone(q, k, v, do, o, lse, config, opts):
         do_desc = TensorDescriptor(do, [bh * n, d], [d, 1], [config[0], d])
     grid = (triton.cdiv(n, config[1]) * bh,)
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dk, dk, lse, delta, 1.0 / d**0.5, n)
-    ft._launch(ft._flash_bwd_dkdv_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": True, "DQ_MODE": 0, **opts}, config)
+    launch(ft._flash_bwd_dkdv_kernel, grid, args, {"HEAD_DIM": d, "IS_CAUSAL": True, "DQ_MODE": 0, **opts}, config)
     return dk, dv
 
 
@@ -215,11 +216,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from workloads import flash_triton
     from workloads.flash_triton import backward_kernels, forward_kernels
+    from workloads.triton_launch import LAST_COMPILED
 
     def regs() -> dict:
         """Registers and spills of the kernels the last fixed-config launch compiled (compiler's figures)."""
-        out = {f"{k}_regs_spills": list(v) for k, v in flash_triton.LAST_COMPILED.items()}
-        flash_triton.LAST_COMPILED.clear()
+        out = {f"{k}_regs_spills": list(v) for k, v in LAST_COMPILED.items()}
+        LAST_COMPILED.clear()
         return out
 
     out_dir = Path(args.out_dir)

@@ -19,6 +19,8 @@ from profiler_kit.report import Figure, Report, Section, Table
 
 MAX_PHASE_SECTIONS = 8
 RANGES_WITH_KERNELS, KERNELS_PER_RANGE = 12, 3  # the "Top kernels inside each range" table
+# Summary columns shown where a kernel ran in a CUDA graph
+GRAPH_COLUMNS = ("graph_kernels", "graph_launches", "graph_time_ns", "graph_time_frac")
 # The analysis tables a report shows, plus the GPU ops for its per-rank table: all but the per-pair and
 # per-instance tables and the ungrouped range kernels (analyze_trace skips those).
 REPORT_TABLES = tuple(t for t in TABLES if t not in ("attributed", "projection", "range_kernels"))
@@ -63,6 +65,9 @@ def findings(res: TraceResult) -> list[str]:
     out.append(f"Kernels no taxonomy rule matched ('other'): {_pct(other)} of GPU operation time.")
     busy = summary["gpu_busy_frac"]
     out.append(f"The GPU was busy {_pct(busy)} of the time between its first and last operation.")
+    graphs = _graph_finding(summary)
+    if graphs:
+        out.append(graphs)
     unlaunched = _ops_without_launch(summary)
     if unlaunched and summary["nvtx_ranges"]:
         out.append(
@@ -70,6 +75,27 @@ def findings(res: TraceResult) -> list[str]:
             "in this trace (CUDA runtime events not recorded, or trimmed), so NVTX ranges cannot claim them."
         )
     return out
+
+
+def _graph_finding(summary: pd.Series) -> str:
+    """What the trace says of CUDA graphs ("" when no kernel ran in one)."""
+    in_graphs = int(summary.get("graph_kernels", 0))
+    if not in_graphs:
+        return ""
+    whole = int(summary["graph_launches"])
+    parts = []
+    if in_graphs > whole:
+        parts.append(f"{in_graphs - whole} kernels launched inside graphs")
+    if whole:
+        parts.append(
+            f"{whole} graph launches traced whole, each counted as one GPU operation `[CUDA graph N]`: the kernels "
+            "inside them are not in this trace (nsys --cuda-graph-trace=graph; trace with --cuda-graph-trace=node "
+            "to see them)"
+        )
+    return (
+        f"GPU time in CUDA graphs: {summary['graph_time_ns'] / 1e6:.3f} ms, {_pct(summary['graph_time_frac'])} of kernel "
+        f"time ({'; '.join(parts)})."
+    )
 
 
 def _ops_without_launch(summary: pd.Series) -> int:
@@ -87,9 +113,10 @@ def trace_section(res: TraceResult, top: int) -> Section:
     t = res.tables
     meta = res.meta
     version = meta.get("nsys_version") or meta.get("schema_version") or ""
+    kind = f"{meta.get('format', '?')} {version}".rstrip()
     sec = Section(
         res.label,
-        text=[f"Source: `{res.source}` ({meta.get('format', '?')} {version})".rstrip(), *findings(res)],
+        text=[f"Source: `{res.source}` ({kind})", *findings(res)],
     )
     summary = t["summary"][
         [
@@ -104,12 +131,13 @@ def trace_section(res: TraceResult, top: int) -> Section:
             "gpu_busy_frac",
             "nvtx_ranges",
             "launched_ops",
+            *(GRAPH_COLUMNS if t["summary"].iloc[0].get("graph_kernels", 0) else ()),
         ]
     ]
     sec.tables.append(Table("Summary", summary, key=f"{res.label}_summary"))
     if t["summary"].iloc[0]["kernels"]:
         kern = t["kernels"].head(top)[
-            ["kernel", "category", "count", "total_ns", "avg_ns", "min_ns", "max_ns", "share_frac"]
+            ["kernel", "category", "count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns", "share_frac"]
         ]
         sec.tables.append(Table(f"Top {len(kern)} kernels by GPU time", kern, key=f"{res.label}_top_kernels"))
         cats = t["categories"][t["categories"]["count"] > 0]
@@ -141,8 +169,29 @@ def trace_section(res: TraceResult, top: int) -> Section:
                 key=f"{res.label}_top_kernels",
             )
         )
+    memops = t.get("memops")
+    if memops is not None and len(memops):
+        sec.tables.append(
+            Table(
+                "Memory operations",
+                memops,
+                note="memcpy by direction and memset, as nsys stats gpumemtimesum (time) and gpumemsizesum (bytes); "
+                "bandwidth is total bytes over total time; std is the sample standard deviation.",
+                key=f"{res.label}_memops",
+            )
+        )
+    api = t.get("api")
+    if api is not None and len(api):
+        sec.tables.append(
+            Table(
+                f"Top {min(top, len(api))} CUDA API functions by CPU time",
+                api.head(top),
+                note="Runtime and driver calls on the CPU, as nsys stats cudaapisum; share is of all API call time.",
+                key=f"{res.label}_api",
+            )
+        )
     ranges = t["ranges"]
-    if len(ranges):
+    if ranges["range"].notna().any():
         sec.sections.append(ranges_section(res, top))
     if "ranks" in t and len(t["ranks"]) > 1:
         sec.sections.append(ranks_section(res))
@@ -177,6 +226,8 @@ def ranges_section(res: TraceResult, top: int) -> Section:
         "instances",
         "cpu_total_ns",
         "cpu_avg_ns",
+        "cpu_med_ns",
+        "cpu_std_ns",
         "projected_instances",
         "gpu_span_avg_ns",
         "kernels",
@@ -187,30 +238,42 @@ def ranges_section(res: TraceResult, top: int) -> Section:
     no_launches = summary["kernels"] > 0 and summary.get("launched_ops", -1) == 0
     folded = group_numbered_ranges(ranges)
     if no_launches:  # nothing could be projected: blank GPU columns say "unknown", zeros would say "none"
-        folded = folded.assign(
+        folded = folded[folded["range"].notna()].assign(
             **{c: np.nan for c in ["projected_instances", "gpu_span_avg_ns", "kernels", "kernel_time_ns"]}
         )
-    n_names = len(res.tables["ranges"])
-    grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != len(ranges) else ""
+    n_names = int(res.tables["ranges"]["range"].notna().sum())
+    named = ranges["range"].notna().to_numpy()
+    grouped = f" ({n_names} before grouping emit_nvtx op ranges by op name)" if n_names != named.sum() else ""
+    outside = ranges[~named]
     numbered = folded[folded["members"] > 1]
     fold_text = (
         [
-            f"{int(numbered['members'].sum())} names that differ only in a number are shown as {len(numbered)} row{'s' * (len(numbered) > 1)} "
-            f"({', '.join(numbered['range'].head(3))}{', ...' if len(numbered) > 3 else ''}): their totals summed, "
-            "with the smallest, median and largest CPU total of their members."
+            f"{int(numbered['members'].sum())} names that differ only in a number are shown as {len(numbered)} "
+            f"row{'s' * (len(numbered) > 1)} ({', '.join(numbered['range'].head(3))}"
+            f"{', ...' if len(numbered) > 3 else ''}): their totals summed, with the smallest, median and largest CPU "
+            "total of their members."
         ]
         if len(numbered)
         else []
     )
-    shown = [*cols, *(SPREAD_COLUMNS if len(numbered) else []), *frac_cols]
     sec = Section(
         "NVTX ranges",
         text=[
-            f"{len(ranges)} distinct range names{grouped}, {int(ranges['instances'].sum())} instances. "
-            "CPU time is the range's own duration; GPU span runs from the first to the last GPU operation launched inside it; "
-            "kernel time sums the kernels launched inside it on the range's thread (nested ranges count a kernel under every "
-            "enclosing range, as nsys does).",
+            f"{int(named.sum())} distinct range names{grouped}, {int(ranges['instances'].sum())} instances. "
+            "CPU time is the range's own duration (median and sample standard deviation as nsys stats nvtxsum); GPU "
+            "span runs from the first to the last GPU operation launched inside it; kernels and kernel time count the "
+            "kernels launched inside it on the range's thread, each once per range name (a kernel counts under every "
+            "enclosing range of other names, as nsys nvtxkernsum counts it).",
             *fold_text,
+            *(
+                [
+                    f"The row without a name holds the {int(outside['kernels'].iloc[0])} kernels "
+                    f"({outside['kernel_time_ns'].iloc[0] / 1e6:.3f} ms) launched outside every range, as nvtxkernsum's "
+                    "unnamed range."
+                ]
+                if len(outside) and not no_launches
+                else []
+            ),
             *(
                 [
                     "This trace records no CUDA runtime calls, so no GPU operation can be tied to a range: "
@@ -221,13 +284,11 @@ def ranges_section(res: TraceResult, top: int) -> Section:
             ),
         ],
     )
-    sec.tables.append(
-        Table(
-            "Ranges by CPU time",
-            folded.head(max(top * 2, 30))[shown],
-            key=f"{res.label}_ranges",
-        )
-    )
+    rows = max(top * 2, 30)
+    unnamed = folded["range"].isna().to_numpy()
+    table = folded[(folded.index < rows - 1) | unnamed] if unnamed[rows:].any() else folded.head(rows)
+    shown = [*cols, *(SPREAD_COLUMNS if len(numbered) else []), *frac_cols]
+    sec.tables.append(Table("Ranges by CPU time", table[shown], key=f"{res.label}_ranges"))
     inside = kernels_inside_ranges(res, ranges) if not no_launches else pd.DataFrame()
     if len(inside):
         sec.tables.append(
@@ -250,7 +311,7 @@ def ranges_section(res: TraceResult, top: int) -> Section:
 def kernels_inside_ranges(res: TraceResult, ranges: pd.DataFrame) -> pd.DataFrame:
     """Rows of range_group_kernels: the costliest kernels of the non-phase ranges with the most kernel time."""
     phases = set(res.tables["phases"]["range"])
-    busiest = ranges[(ranges["kernels"] > 0) & ~ranges["range"].isin(phases)]
+    busiest = ranges[(ranges["kernels"] > 0) & ~ranges["range"].isin(phases) & ranges["range"].notna()]
     names = busiest.sort_values("kernel_time_ns", ascending=False, kind="stable")["range"].head(RANGES_WITH_KERNELS)
     per_range = res.tables["range_group_kernels"].groupby("range", observed=True, sort=False)
     parts = [per_range.get_group(n).head(KERNELS_PER_RANGE) for n in names if n in per_range.groups]
@@ -391,8 +452,9 @@ def build_report(
     report = Report(
         title,
         text=[
-            f"{len(results)} trace(s). Times in ms unless noted; shares in %. Kernel totals and NVTX projections follow "
-            "nsys stats (gpukernsum, nvtxsum, nvtxkernsum, nvtxgpuproj) definitions."
+            f"{len(results)} trace(s). Times in ms unless noted; shares in %. Kernel totals, NVTX projections, CUDA API "
+            "calls and memory operations follow nsys stats (gpukernsum, nvtxsum, nvtxkernsum, nvtxgpuproj, cudaapisum, "
+            "gpumemtimesum, gpumemsizesum) definitions; std is the sample standard deviation, as theirs."
         ],
     )
     if skipped:

@@ -9,55 +9,24 @@ Ctrl-C one line and 130 (EXIT_CODES). With several inputs, ``report`` and
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import gc
 import os
 import sys
-import threading
 from pathlib import Path
 
-# A report reads each big array once or twice, so 2 MB pages buy it nothing, and asking for them (numpy's
-# default) can make each first touch wait for the kernel to compact memory. On a 2-core VM a cached report
-# of 1.1M kernels took 1.37-1.73 s with them and 1.26-1.43 s without (six runs each, alternating).
-# Set before numpy is imported; a value the user set wins.
-os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-# The same for Arrow's buffers (the NVTX text, string columns): pyarrow's default mimalloc pool asks for 2 MB pages
-# and zeroes each whole page at its first touch, 3% of a big report's CPU samples. With the system allocator a
-# report of 1.1M kernels took 1.16 s against 1.24 (medians of 16 alternating runs, 12 of 16 pairs faster).
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+from profiler_kit import process
+from profiler_kit.process import importing
 
-
-@contextlib.contextmanager
-def importing():
-    """Import without the cyclic garbage collector, then freeze what was imported.
-
-    Imports build hundreds of thousands of long-lived objects and little garbage, so collector passes
-    over them are wasted: they cost a cached report of 1.1M kernels about 0.1 s (1.27 -> 1.15 s,
-    medians of seven alternating runs on a 2-core VM). Later passes skip the frozen objects too;
-    the collector stays on for the work itself.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
+process.tune_environment()  # before numpy and pyarrow are imported: profiler_kit/process.py
 
 try:
     with importing():
         import click
 
         from analyze.errors import InputError
-        from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
 except KeyboardInterrupt:  # Ctrl-C while the command starts: the line and exit code of later (Interrupted)
     sys.stderr.write("Error: interrupted (Ctrl-C)\n")
     raise SystemExit(130) from None
-
-REPORT_KEPT_BYTES = 1 << 30  # a report's freed memory stays with it until it exits
 
 SKIPPED, BAD_INPUT, CANNOT_WRITE, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
 EXIT_CODES = f"""\b
@@ -157,28 +126,18 @@ def cli():
 
 
 def main() -> None:
-    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit.
+    """The console entry (``profiler-kit``, ``python -m profiler_kit``): the CLI, then a quick exit."""
+    process.run_and_exit(_cli_or_interrupted)
 
-    Tearing down the interpreter's modules and objects took 25 ms of a big report's 1.2 s; leaving with
-    ``os._exit`` once the exit handlers have run (the early reader's child reaped) takes 11. With another
-    thread still alive (a pool's idle worker, a cache write) the usual exit waits for it instead.
-    """
+
+def _cli_or_interrupted() -> None:
+    """The CLI; Ctrl-C outside a command (click's own handling would say "Aborted!") is one line and exit 130."""
     try:
         cli(prog_name="profiler-kit")
-        code = 0
-    except SystemExit as done:
-        code = done.code
-    except KeyboardInterrupt:  # outside the command (click's own handling would say "Aborted!")
+    except KeyboardInterrupt:
         with contextlib.suppress(OSError, ValueError):
             click.echo(f"Error: {Interrupted().message}", err=True)
-        code = INTERRUPTED
-    if threading.active_count() > 1 or not isinstance(code, int | None):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a reader that closed the pipe, a stream closed already
-            stream.flush()
-    os._exit(code or 0)
+        raise SystemExit(INTERRUPTED) from None
 
 
 def progress(items, label: str):
@@ -403,18 +362,12 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
 
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
-    # A report does no matrix products. numpy's OpenBLAS otherwise starts a thread per core at import, and
-    # each spins for a while: 2% of a big report's CPU time (perf samples), taken from the early reader on a
-    # 2-core machine. Set before numpy is imported; a value the user set wins.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    process.tune_report()  # before numpy is imported: profiler_kit/process.py
     if len(paths) == 1:  # one big export: its reading starts now, beside the imports below
         with importing():  # the early read imports numpy before it forks its reader
             from analyze.trace_cache import prefetch_uncached
 
             prefetch_uncached(Path(paths[0]), cache=not no_cache)
-    # Freed arrays are kept for the next ones, not faulted in afresh (analyze/heap.py): 7% fewer page faults
-    # and about 0.03 s less on a report of 1.1M kernels (14 alternating runs, 10 faster), 13 MiB more peak memory.
-    keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
     with importing():
         from analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report
@@ -453,15 +406,22 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     skips.finish()
 
 
-def _one_trace(path: str):
+def _read_one(path: str, details: bool = False):
+    """The Trace of one trace file (``details``: launch shapes and short kernel names too)."""
     with importing():
-        from analyze.breakdown import analyze_trace
         from analyze.sources import Source, kind_of, read_trace
 
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
         raise InputError(f"{path}: not a trace file (.sqlite, .nsys-rep, .qdrep, .json[.gz])")
-    return analyze_trace(read_trace(Source(Path(path), kind), details=False))
+    return read_trace(Source(Path(path), kind), details=details)
+
+
+def _one_trace(path: str):
+    with importing():
+        from analyze.breakdown import analyze_trace
+
+    return analyze_trace(_read_one(path))
 
 
 def _print_table(df, fmt: str) -> None:
@@ -479,25 +439,99 @@ def _print_table(df, fmt: str) -> None:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
-def kernels(path, top, fmt):
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
+@click.option("--by-shape", is_flag=True, help="One row per kernel name, grid and block, as nsys gpukernsum.")
+@click.option(
+    "--base",
+    is_flag=True,
+    help="Group by the short (base) kernel name, as nsys gpukernsum:base (Kineto records one name: the same).",
+)
+def kernels(path, top, fmt, by_shape, base):
     """Print the kernels of one trace by total GPU time (like nsys gpukernsum).
 
-    Example: profiler-kit kernels run.sqlite --top 10
+    Count, total, average, median, minimum, maximum and (sample) standard deviation of
+    the launches' GPU time per demangled kernel name; --by-shape splits each name by
+    grid and block dimensions and --base groups by short names, as gpukernsum's
+    rows and its :base option.
+
+    Example: profiler-kit kernels run.sqlite --top 10 --by-shape
     """
-    _print_table(_one_trace(path)["kernels"].head(top), fmt)
+    if not (by_shape or base):
+        _print_table(_one_trace(path)["kernels"].head(top), fmt)
+        return
+    with importing():
+        from analyze.breakdown import summarize_kernel_shapes
+
+    trace = _read_one(path, details=True)
+    name = "name" if base else "demangled_name"
+    _print_table(summarize_kernel_shapes(trace.kernels, name=name, by_shape=by_shape, top=top), fmt)
 
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=30, show_default=True, help="Rows to print.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
 def nvtx(path, top, fmt):
-    """Print the NVTX ranges of one trace with their projected GPU time.
+    """Print the NVTX ranges of one trace with their CPU time and projected GPU time.
+
+    Per range name: instances and CPU time (total, average, median, minimum, maximum,
+    standard deviation, as nsys nvtxsum), the projected GPU span, and the distinct kernels
+    launched inside (each once per name, as nvtxkernsum) with their time by category.
+    A row with an empty name holds the kernels launched outside every range; it is
+    printed whatever --top.
 
     Example: profiler-kit nvtx run.sqlite --format csv
     """
-    _print_table(_one_trace(path)["ranges"].head(top), fmt)
+    ranges = _one_trace(path)["ranges"]
+    outside = ranges["range"].isna().to_numpy()
+    if outside[top:].any():  # the unnamed row (last by CPU time) replaces the last one shown
+        shown = ranges[(ranges.index < top - 1) | outside]
+    else:
+        shown = ranges.head(top)
+    _print_table(shown, fmt)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "csv", "json"]),
+    default="md",
+    show_default=True,
+    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
+)
+def api(path, top, fmt):
+    """Print the CUDA API calls (runtime and driver) of one trace by total CPU time (like nsys cudaapisum).
+
+    Per function: calls, total, average, median, minimum, maximum and (sample) standard
+    deviation of their duration, and the share of all API time. Kineto traces give their
+    cuda_runtime and cuda_driver events.
+
+    Example: profiler-kit api run.sqlite --top 10
+    """
+    with importing():
+        from analyze.api import summarize_api
+
+    table = summarize_api(_read_one(path).runtime, top=top)
+    if table.empty:
+        click.echo(f"{path}: no CUDA API calls recorded", err=True)
+    _print_table(table, fmt)
 
 
 @cli.command()
@@ -505,14 +539,16 @@ def nvtx(path, top, fmt):
 @output_options("memory")
 @strict_option
 @with_exit_codes
-def memory(snapshots, out_dir, fmt, no_html, top, stem, strict):
+@click.option("--label", "labels", multiple=True, help="Name of each snapshot, in order (one per file found).")
+def memory(snapshots, out_dir, fmt, no_html, top, stem, strict, labels):
     """Explain peak GPU memory from torch.cuda.memory snapshots (.pickle, .pkl, .pickle.gz).
 
     Replays each snapshot's allocation trace: peak allocated and reserved and
     when, what is live at the peak by category, source line and size, the
     largest allocations, segments at dump time, and an interactive timeline.
     Several snapshots also get a comparison table (size, ctx, mode, precision
-    from file names or a run.json / <stem>.json beside the file). Directories
+    from a run.json / <stem>.json beside the file; names from --label, else
+    the run id there, else the file name). Directories
     are searched recursively. Snapshots are read without running code.
 
     Writes <stem>.md and <stem>.html (default stem "memory", default folder
@@ -532,7 +568,7 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem, strict):
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
     skips = Skips(strict or len(paths) == 1)  # one snapshot: its error is the command's
-    loaded = load_snapshots(paths, skip=skips)
+    loaded = load_snapshots(paths, list(labels) or None, skip=skips)
     if not loaded:
         raise skips.nothing_read()
     report = build_memory_report(loaded, top=top, skipped=skips.skipped)
@@ -554,8 +590,20 @@ def _default_device() -> str:
 @click.argument("workload", metavar="WORKLOAD")
 @click.option("--ctx", type=click.IntRange(1), default=512, show_default=True, help="Context length (LM sizes).")
 @click.option("--batch", type=click.IntRange(1), default=None, help="Batch size [default: 4; attention 8].")
-@click.option("--mode", type=click.Choice(["forward", "forward_backward", "train"]), default="train", show_default=True)
-@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["forward", "forward_backward", "train"]),
+    default="train",
+    show_default=True,
+    help="What each step runs (train adds the optimizer).",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="fp32, or bf16/fp16 autocast.",
+)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
 @click.option(
     "--attention",
@@ -574,7 +622,13 @@ def _default_device() -> str:
 @click.option("--nproc", type=click.IntRange(1), default=2, show_default=True, help="ddp: processes.")
 @click.option("--sharded", is_flag=True, help="ddp: ZeRO-1 sharded optimizer.")
 @click.option("--ddp-size", default="small", show_default=True, help="ddp: model size.")
-@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="auto", show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nsys", "torch", "none"]),
+    default="auto",
+    show_default=True,
+    help="Profiler: nsys, the PyTorch profiler, none (timings only); auto picks nsys when it can trace.",
+)
 @click.option(
     "--memory",
     is_flag=True,
@@ -584,7 +638,14 @@ def _default_device() -> str:
 @click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps.")
 @click.option("--calibrate", is_flag=True, help="Measure this GPU's GEMM TFLOP/s and copy bandwidth first.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available, else cpu, said on stderr].")
-@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs"), show_default=True)
+@click.option(
+    "-o",
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("outputs"),
+    show_default=True,
+    help="Folder that gets outputs/<run_id>/.",
+)
 def record(
     workload,
     ctx,
@@ -706,20 +767,37 @@ def _csv_list(cast):
 
 
 @cli.command()
-@click.option("--sizes", default="small,medium,large,xl,2.7B", show_default=True, callback=_csv_list(str))
-@click.option("--ctx", "ctxs", default="128,256,512,1024", show_default=True, callback=_csv_list(int))
-@click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str))
-@click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str))
-@click.option("--backend", type=click.Choice(["auto", "nsys", "torch", "none"]), default="torch", show_default=True)
-@click.option("--steps", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True)
-@click.option("--batch", type=click.IntRange(1), default=4, show_default=True)
+@click.option(
+    "--sizes", default="small,medium,large,xl,2.7B", show_default=True, callback=_csv_list(str), help="Model sizes."
+)
+@click.option(
+    "--ctx", "ctxs", default="128,256,512,1024", show_default=True, callback=_csv_list(int), help="Context lengths."
+)
+@click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str), help="Step modes.")
+@click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str), help="Precisions.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nsys", "torch", "none"]),
+    default="torch",
+    show_default=True,
+    help="Profiler of each cell (as record).",
+)
+@click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed steps per cell.")
+@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps per cell.")
+@click.option("--batch", type=click.IntRange(1), default=4, show_default=True, help="Batch size.")
 @click.option("--memory", is_flag=True, help="A CUDA memory snapshot per cell.")
 @click.option("--timeout", type=click.IntRange(1), default=1800, show_default=True, help="Seconds per cell.")
 @click.option("--resume", is_flag=True, help="Keep cells whose run.json already says ok or oom.")
 @click.option("--calibrate", is_flag=True, help="First measure this GPU's ceilings into OUT_DIR/calibration.json.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
-@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("outputs/sweep"), show_default=True)
+@click.option(
+    "-o",
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("outputs/sweep"),
+    show_default=True,
+    help="Folder of the sweep: one run folder per cell.",
+)
 def sweep(
     sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, resume, calibrate, device, out_dir
 ):

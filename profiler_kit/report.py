@@ -46,7 +46,8 @@ class Table:
 
 @dataclass
 class Figure:
-    """A chart spec: ``kind`` is "bar", "stacked_bar", "line" or "area".
+    """A chart spec: ``kind`` is "bar", "stacked_bar", "line", "area", "bands" (a filled band per ``color``
+    value between ``bottom_bytes`` and ``y``) or "blocks" (bars of length ``x`` from ``offset_bytes``, rows ``y``).
 
     ``x``/``y`` name columns of ``df``; ``color`` splits series (stacking for
     stacked kinds); ``facet`` optionally splits panels. Values are raw units:

@@ -156,3 +156,44 @@ def test_triton_backward_of_sum_and_strided_grads(mode):
     ref = reference_attention(q3, k3, v3, True, do.contiguous())
     for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
         torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize(("batch", "heads", "kv_heads"), [(2, 4, 2), (1, 3, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mode", ["tma", "two_kernel"])  # "atomic" adds dQ as "tma" does, by elementwise atomics
+def test_triton_gqa_matches_sdpa(batch, heads, kv_heads, causal, mode):
+    """Grouped-query attention against SDPA's ``enable_gqa=True`` (float64): dK, dV summed over each group."""
+    gen = torch.Generator().manual_seed(heads * 10 + kv_heads + causal)
+    q = torch.randn(batch, heads, 37, 16, generator=gen, requires_grad=True)
+    k, v = (torch.randn(batch, kv_heads, 37, 16, generator=gen, requires_grad=True) for _ in range(2))
+    do = torch.randn(batch, heads, 37, 16, generator=gen)
+    o = FlashAttention2Triton.apply(q, k, v, causal, mode)
+    o.backward(do)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*ref_in, is_causal=causal, enable_gqa=True)
+    ref.backward(do.double())
+    assert k.grad.shape == k.shape and v.grad.shape == v.shape
+    for name, got, want in [("o", o, ref)] + [
+        (f"d{n}", t.grad, r.grad) for n, t, r in zip("qkv", (q, k, v), ref_in, strict=True)
+    ]:
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_triton_gqa_half_default_backward_and_bad_heads():
+    """fp16 GQA through the default backward; heads that no K/V head count divides are refused."""
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 4, 48, 16, generator=gen).half().requires_grad_()
+    k, v = (torch.randn(1, 2, 48, 16, generator=gen).half().requires_grad_() for _ in range(2))
+    o = FlashAttention2Triton.apply(q, k, v, True)
+    do = torch.randn(o.shape, generator=gen).half()
+    o.backward(do)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(*ref_in, is_causal=True, enable_gqa=True)
+    ref.backward(do.double())
+    for name, got, want in [("o", o, ref)] + [
+        (f"d{n}", t.grad, r.grad) for n, t, r in zip("qkv", (q, k, v), ref_in, strict=True)
+    ]:
+        assert got.dtype == torch.float16
+        torch.testing.assert_close(got.double(), want, atol=1e-2, rtol=1e-2, msg=lambda m, n=name: f"{n}: {m}")
+    with pytest.raises(ValueError, match="divisor"):
+        FlashAttention2Triton.apply(q, k[:, :1].expand(1, 3, 48, 16), v[:, :1].expand(1, 3, 48, 16), True)

@@ -167,7 +167,7 @@ COMMANDS = {
 
 FOLDERS = {  # committed record folders and the command that reads each
     "examples": "report",
-    "benchmarks/results/attention/run10_rec": "report",
+    "benchmarks/results/attention/rec": "report",
     "reports/sweep": "report",
     "reports/ddp": "ddp-report",
 }

@@ -38,8 +38,9 @@ def traced_section():
 @committed
 def test_throughput_row_per_traced_run_with_mfu_in_0_1(traced_section):
     table = traced_section.tables[0].df.set_index("size")
-    runs = load_runs(find_run_dirs([TRACED]))
-    assert sorted(table.index) == sorted(m["spec"]["size"] for m in runs)
+    # the committed sweep keeps the small run's trace only (the others' are in git history, see reports/sweep/README.md)
+    runs = [m for m in load_runs(find_run_dirs([TRACED])) if (Path(m["_dir"]) / "trace.json.gz").exists()]
+    assert runs and sorted(table.index) == sorted(m["spec"]["size"] for m in runs)
     cal = json.loads((SWEEP / "calibration.json").read_text())
     for m in runs:
         row = table.loc[m["spec"]["size"]]
@@ -133,13 +134,13 @@ def test_record_copies_the_cached_calibration_only_for_the_same_device(tmp_path)
     assert "calibration" not in meta
 
 
-RUN10 = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "attention" / "run10_rec"
+ATTENTION_RECORDS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "attention" / "rec"
 
 
-@pytest.mark.skipif(not RUN10.exists(), reason="committed attention records absent")
+@pytest.mark.skipif(not ATTENTION_RECORDS.exists(), reason="committed attention records absent")
 def test_attention_runs_are_told_apart_in_the_sweep_tables():
     """One attention layer per run: the size column names implementation and shape, not the LM default size."""
-    sections = build_sweep_sections(find_run_dirs([RUN10]))
+    sections = build_sweep_sections(find_run_dirs([ATTENTION_RECORDS]))
     timing = next(t for s in sections for t in s.tables if t.title.startswith("Forward, backward"))
     sizes = list(timing.df["size"])
     assert sorted(sizes) == sorted(f"attention {i} d{d} h16 b1" for i in ("sdpa", "triton") for d in (64, 128))

@@ -35,7 +35,7 @@ def _tables(path: Path) -> set[str]:
 
 
 SHARED = shared_params("nsys_sqlite", "*.sqlite")
-NO_SHARED = [pytest.param(None, marks=pytest.mark.skip(reason="../shared/data/nsys_sqlite absent"))]
+NO_SHARED = [pytest.param(None, marks=pytest.mark.skip(reason="no real export with kernels"))]
 WITH_KERNELS = [p for p in SHARED if p.values[0] and "CUPTI_ACTIVITY_KIND_KERNEL" in _tables(p.values[0])]
 
 # Prefetch as the report does (before pandas), optionally kill the child, then compare with a plain read.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sqlite3
 from collections import Counter
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -272,6 +273,248 @@ def test_nesting_depth_nests_per_thread(tmp_path):
     assert trace.kernels.empty and trace.runtime.empty
 
 
+# Trace layouts across PyTorch/Kineto versions, ROCm and CUDA graphs (hand-built, tests/data/kineto/README.md)
+
+LAYOUT_DIR = FIXTURES / "kineto"
+# By construction (README.md): layout, kernel count and summed kernel ns, memcpy/memset counts, per graph
+# (Kineto "graph id", else the correlation id of the graph launch) the summed kernel ns.
+LAYOUTS = {
+    "array_capitalized_categories.json": dict(
+        layout="array", kernels=2, kernel_ns=22_750, memcpy=1, memset=1, graphs={}
+    ),
+    "pt111_mixed_categories.json": dict(layout="object", kernels=2, kernel_ns=13_250, memcpy=1, memset=0, graphs={}),
+    "legacy_autograd_cuda.json": dict(layout="array", kernels=3, kernel_ns=50_016, memcpy=0, memset=0, graphs={}),
+    "rocm_roctracer.json": dict(layout="object", kernels=3, kernel_ns=25_440, memcpy=1, memset=1, graphs={}),
+    "rocm_hip_graph.json": dict(layout="object", kernels=4, kernel_ns=21_875, memcpy=0, memset=0, graphs={701: 18_625}),
+    "cuda_graph_launch.json": dict(
+        layout="object", kernels=8, kernel_ns=77_500, memcpy=0, memset=0, graphs={601: 36_875, 655: 36_875}
+    ),
+    "cuda_graph_id_args.json": dict(
+        layout="object", kernels=6, kernel_ns=23_500, memcpy=0, memset=0, graphs={12: 19_500, 13: 3_000}
+    ),
+}
+# What the test counts as GPU work in the raw JSON, written out here rather than taken from the reader.
+RAW_KERNEL_CATS = {"kernel", "Kernel"}
+RAW_NOT_KERNELS = {"CopyHostToDevice": "memcpy", "FillBuffer": "memset", "Marker": None}  # roctracer HIP ops
+RAW_GRAPH_LAUNCHES = {"cudaGraphLaunch", "hipGraphLaunch"}
+
+
+def _raw_layout(path: Path) -> dict:
+    """Kernel ns, memop counts and graph ns straight from the JSON text (plain json, Decimal times)."""
+    doc = json.loads(path.read_text(), parse_float=Decimal)
+    events = doc if isinstance(doc, list) else doc["traceEvents"]
+    done = [e for e in events if e.get("ph") == "X"]
+    kernels = [
+        e
+        for e in done
+        if (e.get("cat") in RAW_KERNEL_CATS or e.get("pid") == "CUDA functions") and e["name"] not in RAW_NOT_KERNELS
+    ]
+    hip = Counter(RAW_NOT_KERNELS[e["name"]] for e in done if e.get("cat") == "kernel" and e["name"] in RAW_NOT_KERNELS)
+    launches = {e["args"]["correlation"] for e in done if e["name"] in RAW_GRAPH_LAUNCHES}
+    graphs: Counter = Counter()
+    for e in kernels:
+        args = e.get("args", {})
+        graph = args.get("graph id") or (args.get("correlation") if args.get("correlation") in launches else None)
+        if graph:
+            graphs[graph] += _ns(e["dur"])
+    return {
+        "layout": "array" if isinstance(doc, list) else "object",
+        "kernels": len(kernels),
+        "kernel_ns": sum(_ns(e["dur"]) for e in kernels),
+        "memcpy": sum(1 for e in done if e.get("cat") in ("Memcpy", "gpu_memcpy")) + hip["memcpy"],
+        "memset": sum(1 for e in done if e.get("cat") in ("Memset", "gpu_memset")) + hip["memset"],
+        "graphs": dict(graphs),
+    }
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_layouts_read_as_the_raw_json_says(name):
+    path = LAYOUT_DIR / name
+    expected = LAYOUTS[name]
+    assert _raw_layout(path) == expected  # the hand-built file holds what its README entry says
+    trace = read_kineto(path)
+    k = trace.kernels
+    assert trace.meta["layout"] == expected["layout"]
+    assert (len(k), int(k["duration_ns"].sum())) == (expected["kernels"], expected["kernel_ns"])
+    kinds = trace.memops["kind"].astype(str)
+    assert ((kinds == "memcpy").sum(), (kinds == "memset").sum()) == (expected["memcpy"], expected["memset"])
+    graphs = k[k["graph_id"] >= 0].groupby("graph_id")["duration_ns"].sum().to_dict()
+    assert graphs == expected["graphs"]
+    assert (k["graph_id"] == -1).sum() == len(k) - k["graph_id"].isin(list(expected["graphs"])).sum()
+    assert looks_like_kineto(path)
+
+
+def test_old_array_trace_with_capitalized_categories():
+    """The array layout of the issue: every table filled, GPU events tied to the launching process."""
+    trace = read_kineto(LAYOUT_DIR / "array_capitalized_categories.json")
+    sgemm = trace.kernels.iloc[0]
+    assert (sgemm["name"], sgemm["start_ns"], sgemm["duration_ns"]) == ("volta_sgemm_128x64_nn", 1_030_500, 20_250)
+    assert (sgemm["pid"], sgemm["device_id"], sgemm["stream_id"], sgemm["correlation_id"]) == (2104, 0, 7, 41)
+    assert (sgemm["grid_x"], sgemm["grid_y"], sgemm["block_x"], sgemm["registers_per_thread"]) == (2, 4, 256, 128)
+    assert trace.memops["name"].tolist() == ["[CUDA memcpy Host-to-Device]", "[CUDA memset]"]
+    assert trace.memops["size_bytes"].tolist() == [4096, 512] and set(trace.memops["pid"]) == {2104}
+    assert trace.runtime["name"].tolist() == [
+        "cudaLaunchKernel",
+        "cudaMemcpyAsync",
+        "cudaMemsetAsync",
+        "cudaLaunchKernel",
+    ]
+    assert trace.nvtx["name"].tolist() == ["ProfilerStep#3"]  # logged as an Operator then
+    assert [g["name"] for g in trace.meta["gpu_user_annotations"]] == ["ProfilerStep#3"]  # cat "User" then
+    assert trace.meta["schema_version"] is None and trace.meta["main_pid"] == 2104
+
+
+def test_pytorch_1_9_to_1_11_categories():
+    trace = read_kineto(LAYOUT_DIR / "pt111_mixed_categories.json")
+    assert trace.nvtx[["name", "depth"]].values.tolist() == [["ProfilerStep#8", 0], ["forward", 1]]
+    assert [g["name"] for g in trace.meta["gpu_user_annotations"]] == [
+        "forward",
+        "ProfilerStep#8",
+    ]  # gpu_user_Annotation
+    assert set(trace.kernels["pid"]) == {77} and trace.gpus["name"].tolist() == ["NVIDIA A100-SXM4-40GB"]
+    assert trace.meta["event_counts"]["python_function"] == 1  # counted, feeds no table
+
+
+def test_legacy_autograd_profiler_kernels():
+    """torch <= 1.7 (use_cuda=True): kernels under pid "CUDA functions", device in tid, no stream, no launch link."""
+    k = read_kineto(LAYOUT_DIR / "legacy_autograd_cuda.json").kernels
+    assert k[["name", "device_id", "stream_id", "correlation_id"]].values.tolist() == [
+        ["implicit_convolve_sgemm", 0, -1, -1],
+        ["elementwise_kernel", 0, -1, -1],
+        ["elementwise_kernel", 1, -1, -1],
+    ]
+    assert k["start_ns"].tolist() == [130_817, 175_500, 180_100]
+
+
+def test_rocm_roctracer_hip_ops_are_not_kernels():
+    trace = read_kineto(LAYOUT_DIR / "rocm_roctracer.json")
+    k = trace.kernels
+    assert "Marker" not in set(k["name"]) and trace.meta["not_kernels"] == {"Marker": 1}
+    assert k["correlation_id"].tolist() == [11, 12, 13] and set(k["pid"]) == {3141} and set(k["device_id"]) == {2}
+    assert (k.iloc[0]["grid_x"], k.iloc[0]["block_x"]) == (256, 256)
+    assert set(trace.runtime["name"]) >= {"hipExtModuleLaunchKernel", "hipLaunchKernel", "hipModuleLaunchKernel"}
+    m = trace.memops
+    assert m[["name", "size_bytes", "correlation_id"]].values.tolist() == [
+        ["[CUDA memcpy Host-to-Device]", 65536, 14],
+        ["[CUDA memset]", -1, 15],
+    ]
+
+
+def test_graph_ids_from_graph_launch_correlation():
+    for name in ("cuda_graph_launch.json", "rocm_hip_graph.json"):
+        assert read_kineto(LAYOUT_DIR / name).meta["graph_id_source"] == "graph launch correlation"
+    k = read_kineto(LAYOUT_DIR / "cuda_graph_launch.json").kernels
+    in_graph = k[k["graph_id"] >= 0]
+    assert (in_graph["graph_id"] == in_graph["correlation_id"]).all()  # the launch's correlation id
+    assert k.loc[k["graph_id"] == -1, "name"].tolist() == [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >(int)",
+        "triton_poi_fused_mul_0",  # cuLaunchKernel (cuda_driver): launched on its own
+    ]
+    assert read_kineto(LAYOUT_DIR / "pt111_mixed_categories.json").meta["graph_id_source"] is None
+
+
+def test_graph_ids_from_kineto_graph_id_args(tmp_path):
+    trace = read_kineto(LAYOUT_DIR / "cuda_graph_id_args.json")
+    assert trace.meta["graph_id_source"] == "kineto graph id"
+    assert trace.kernels["graph_id"].tolist() == [-1, 12, 12, 12, 12, 13]  # "graph id": 0 is no graph
+    # a graph-launched kernel whose args say 0 (no graph recorded) still counts, under its launch's correlation
+    doc = json.loads((LAYOUT_DIR / "cuda_graph_id_args.json").read_text())
+    doc["traceEvents"][-1]["args"]["graph id"] = 0
+    trace = read_kineto(_write(tmp_path, doc))
+    assert trace.kernels["graph_id"].tolist() == [-1, 12, 12, 12, 12, 4]
+    assert trace.meta["graph_id_source"] == "kineto graph id + graph launch correlation"
+
+
+@pytest.mark.parametrize("path", REAL)
+def test_real_traces_have_graph_ids_only_where_graphs_were_launched(path):
+    ref = _reference(path)
+    launched = any(e["name"].startswith(("cudaGraphLaunch", "cuGraphLaunch")) for c in ("cuda_runtime", "cuda_driver")
+                   for e in ref["cat"].get(c, []))  # fmt: skip
+    trace = _read(path)
+    assert (trace.kernels["graph_id"] >= 0).any() == launched
+    assert trace.meta["layout"] == "object"
+
+
+def test_array_without_closing_bracket(tmp_path):
+    """The Trace Event Format lets an array trace end without "]" (a tracer stopped mid-run)."""
+    text = (LAYOUT_DIR / "legacy_autograd_cuda.json").read_text().rstrip()
+    assert text.endswith("]")
+    trace = read_kineto(_write(tmp_path, text[:-1].rstrip() + ",\n"))
+    assert trace.meta["layout"] == "array without its closing ]" and len(trace.kernels) == 3
+    cut = text[: text.rindex('"dur"')]  # cut inside an event: truncated, not a layout
+    with pytest.raises(InputError, match="truncated"):
+        read_kineto(_write(tmp_path, cut, "cut.json"))
+
+
+def test_legacy_autograd_profiler_trace_recorded_here(tmp_path):
+    """torch.autograd.profiler's own exporter (no Kineto): the array of "CPU functions" events; CPU only."""
+    torch = pytest.importorskip("torch")
+    from torch.autograd import profiler_legacy
+
+    out = tmp_path / "legacy.json"
+    x = torch.ones(8, 8)
+    with profiler_legacy.profile() as prof:
+        with torch.autograd.profiler.record_function("forward"):
+            for _ in range(3):
+                x = (x @ x) / 8
+    prof.export_chrome_trace(str(out))
+    raw = json.loads(out.read_text())
+    assert isinstance(raw, list) and looks_like_kineto(out)
+    trace = read_kineto(out)
+    assert trace.kernels.empty and trace.runtime.empty and trace.memops.empty
+    assert trace.meta["layout"] == "array"
+    assert trace.meta["event_counts"] == {}  # no cat at all: the pid told the reader what the events are
+    assert sum(1 for e in raw if e["name"] == "aten::matmul") == 3
+
+
+# Folders and the report command
+
+
+def _report(*args):
+    from click.testing import CliRunner
+
+    from profiler_kit.cli import cli
+
+    return CliRunner().invoke(cli, ["report", *map(str, args)])
+
+
+def test_folder_reads_array_traces_and_lists_unreadable_ones(tmp_path):
+    from analyze.sources import discover
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(LAYOUT_DIR / "array_capitalized_categories.json", runs / "old.json")
+    (runs / "results.json").write_text('{"step_ms": [1.5, 1.4]}')  # not a trace: passed over
+    (runs / "sizes.json").write_text("[1, 2]")
+    assert [s.path.name for s in discover([runs])] == ["old.json"]
+    res = _report(runs, "-o", tmp_path / "out", "--no-html")
+    assert res.exit_code == 0, res.output
+    assert "## old.json" in (tmp_path / "out" / "report.md").read_text()
+    # a gzip stream cut in its header, and a file named as torch.profiler names traces: listed with their reason
+    (runs / "cut.json.gz").write_bytes(gzip.compress(b'{"traceEvents": []}')[:10])
+    (runs / "worker0.1700000000.pt.trace.json").write_text("<html>not a trace</html>")
+    res = _report(runs, "-o", tmp_path / "out2", "--no-html")
+    assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+    skipped = sorted(ln for ln in res.stderr.splitlines() if ln.startswith("skipped "))
+    assert [ln.split(": ", 1)[0] for ln in skipped] == [
+        f"skipped {runs / 'cut.json.gz'}",
+        f"skipped {runs / 'worker0.1700000000.pt.trace.json'}",
+    ]
+    assert "truncated or corrupt gzip" in skipped[0] and "not valid JSON" in skipped[1]
+    assert "## old.json" in (tmp_path / "out2" / "report.md").read_text()
+
+
+def test_report_on_a_cpu_only_array_trace_says_there_is_no_gpu_activity(tmp_path):
+    doc = [
+        {"name": "forward", "ph": "X", "ts": 10.5, "dur": 100.25, "tid": 1, "pid": "CPU functions", "args": {}},
+        {"name": "aten::mm", "ph": "X", "ts": 20.0, "dur": 50.0, "tid": 1, "pid": "CPU functions", "args": {}},
+    ]
+    res = _report(_write(tmp_path, doc, "cpu.json"), "-o", tmp_path / "out", "--no-html")
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "holds no GPU kernels" in md and "GPU was busy" not in md and "Traceback" not in res.output
+
+
 # CPU traces from torch.profiler
 
 
@@ -407,6 +650,8 @@ def test_looks_like_kineto_rejects_other_files(tmp_path):
     assert not looks_like_kineto(tmp_path / "missing.json")
     assert not looks_like_kineto(tmp_path)
     assert not looks_like_kineto(_write(tmp_path, "[1, 2]", "list.json"))
+    assert not looks_like_kineto(_write(tmp_path, '[{"a": 1}]', "objects.json"))
+    assert looks_like_kineto(_write(tmp_path, '[{"name": "x", "ph": "X"}]', "array.json"))
     (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b garbage")
     assert not looks_like_kineto(tmp_path / "bad.json.gz")
     assert looks_like_kineto(_write(tmp_path, {"traceEvents": []}, "plain.json"))

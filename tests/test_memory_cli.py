@@ -11,7 +11,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from profiler_kit.build_memory import parse_run_label
+from profiler_kit.build_memory import run_fields
 from profiler_kit.cli import cli
 from tests.conftest import FIXTURES, SHARED_DATA
 from tests.memory_helpers import known_peak_snapshot, write
@@ -60,7 +60,7 @@ def test_shared_snapshot_dir(tmp_path):
     assert res.exit_code == 0, res.output
     md = (tmp_path / "out" / "memory.md").read_text()
     assert "were allocated before the first recorded event" in md  # these traces started after the model was built
-    assert "| xl " in md and "| full_step " in md and "| bf16 " in md
+    assert "| xl " not in md and "| bf16 " not in md  # no run.json beside them: no fields guessed from file names
 
 
 def _bad_inputs(tmp_path):
@@ -111,38 +111,51 @@ def test_help_has_example():
 
 
 @pytest.mark.parametrize(
-    "name, sidecar, expected",
+    "sidecar, expected",
     [
-        ("xl_ctx512_full_step_bf16", None, {"size": "xl", "ctx": "512", "mode": "full_step", "precision": "bf16"}),
-        (
-            "memory_snapshot_xl_fwd_cl512_dtypetorch.bfloat16",
-            None,
-            {"size": "xl", "ctx": "512", "mode": "forward", "precision": "bf16"},
-        ),
-        ("medium_512_training_memory_snapshot", None, {"size": "medium", "ctx": "512", "mode": "full_step"}),
-        ("2.7B_ctx256_forward_fp32", None, {"size": "2.7B", "ctx": "256", "mode": "forward", "precision": "fp32"}),
-        (
-            "snap",
-            {"model_size": "large", "context_length": 128, "precision": "bfloat16"},
-            {"size": "large", "ctx": "128", "precision": "bf16"},
-        ),
+        (None, {}),
+        ({"model_size": "large", "context_length": 128, "precision": "bfloat16"}, {"size": "large", "ctx": "128", "precision": "bf16"}),
+        ({"run_id": "x", "spec": {"size": "xl", "ctx": 512, "mode": "forward_backward", "precision": "bf16"}},
+         {"size": "xl", "ctx": "512", "mode": "forward_backward", "precision": "bf16"}),
+        ({"dtype": "torch.float32", "spec": {"precision": "bf16"}}, {"precision": "fp32"}),  # top level first
     ],
+)  # fmt: skip
+def test_run_fields_from_metadata_only(sidecar, expected):
+    assert run_fields(sidecar) == expected
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["xl_bf16_False_ctx128", "forward_and_backward_medium_512", "memory_snapshot_xl_fwd_cl512_dtypetorch.bfloat16"],
 )
-def test_parse_run_label(name, sidecar, expected):
-    assert parse_run_label(name, sidecar) == expected
+def test_file_names_give_no_fields(tmp_path, name):
+    """Names mislead ("bf16_False" meant bf16 off; "forward_and_backward" is not forward): nothing is read from them."""
+    from profiler_kit.build_memory import load_snapshots
+
+    path = write(tmp_path / f"{name}.pickle", known_peak_snapshot())
+    [(label, _, fields)] = load_snapshots([path])
+    assert label == name and fields == {}
 
 
 def test_record_folders_label_generic_snapshot_names(tmp_path):
-    """record --memory writes <run_id>/memory.pickle: the run folder, not "memory", labels it."""
+    """record --memory writes <run_id>/memory.pickle beside run.json: its run id and spec label the snapshot."""
     from profiler_kit.build_memory import load_snapshots
 
     src = FIXTURES / "memory" / "mlp_full_step_bf16.pickle.gz"
     paths = []
-    for run_id in ("xl_ctx128_train_bf16", "xl_ctx512_forward_fp32"):
+    for run_id, ctx, precision in (("run_a", 128, "bf16"), ("run_b", 512, "fp32")):
         (tmp_path / run_id).mkdir()
         dst = tmp_path / run_id / "memory.pickle.gz"
         dst.write_bytes(src.read_bytes())
+        spec = {"size": "xl", "ctx": ctx, "mode": "train", "precision": precision}
+        (tmp_path / run_id / "run.json").write_text(
+            json.dumps({"run_id": f"{run_id}_id", "status": "ok", "spec": spec})
+        )
         paths.append(dst)
     labels = [(label, fields.get("ctx"), fields.get("precision")) for label, _, fields in load_snapshots(paths)]
-    assert [lab for lab, _, _ in labels] == ["xl_ctx128_train_bf16", "xl_ctx512_forward_fp32"]
-    assert [str(c) for _, c, _ in labels] == ["128", "512"] and [p for _, _, p in labels] == ["bf16", "fp32"]
+    assert labels == [("run_a_id", "128", "bf16"), ("run_b_id", "512", "fp32")]
+    bare = tmp_path / "bare" / "memory.pickle.gz"
+    bare.parent.mkdir()
+    bare.write_bytes(src.read_bytes())
+    assert load_snapshots([bare])[0][0] == "bare"  # no run.json: the folder names the run, fields stay empty
+    assert [lab for lab, _, _ in load_snapshots(paths, labels=["A", "B"])] == ["A", "B"]

@@ -16,6 +16,8 @@ def _ranges(names, cpu, kernel_ns, gemm_frac):
             "instances": [2] * n,
             "cpu_total_ns": cpu,
             "cpu_avg_ns": [c / 2 for c in cpu],
+            "cpu_med_ns": [c / 2 for c in cpu],
+            "cpu_std_ns": [0.0] * n,
             "projected_instances": [2] * n,
             "gpu_span_total_ns": [c // 2 for c in cpu],
             "gpu_span_avg_ns": [c / 4 for c in cpu],

@@ -1,7 +1,7 @@
-"""``distinct_ops_per_pair`` (the ``count`` of range_kernels) against ``groupby(...).nunique()``.
+"""``repeated_pairs`` (which rows the ``count`` and ``total_ns`` of range_kernels skip) against ``groupby(...).nunique()``.
 
 Its fast path needs every (range name, op) row distinct; an op under two nested ranges of one
-name takes the sort of ``count_distinct`` instead. Both must count each op once per pair.
+name takes a sort instead. Both must count each op once per pair.
 """
 
 from __future__ import annotations
@@ -10,7 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze.breakdown import distinct_ops_per_pair
+from analyze.breakdown import repeated_pairs
+
+
+def distinct_ops_per_pair(pair, range_codes, op_rows, n):
+    """Ops per (range name, kernel) pair less the repeated rows, as summarize_range_kernels counts them."""
+    repeats = repeated_pairs(range_codes, op_rows)
+    return np.bincount(pair if repeats is None else pair[~repeats], minlength=n)
 
 
 @pytest.mark.parametrize("nested", [False, True])  # no name nested in itself; some ops under two same-name ranges

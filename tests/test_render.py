@@ -112,6 +112,8 @@ def test_top_kernel_chart_has_one_bar_per_kernel():
             "avg_ns": [7_000_000, 5_570_000],
             "min_ns": [7_000_000, 5_570_000],
             "max_ns": [7_000_000, 5_570_000],
+            "med_ns": [7_000_000, 5_570_000],
+            "std_ns": [0.0, 0.0],
             "share_frac": [0.557, 0.443],
         }
     )
@@ -132,7 +134,12 @@ def trace_section_figures(kernels: pd.DataFrame):
     )  # fmt: skip
     categories = pd.DataFrame({"category": ["elementwise", "other"], "count": [2, 0], "total_ns": [12_570_000, 0],
                                "share_frac": [1.0, 0.0]})  # fmt: skip
-    tables = {"summary": summary, "kernels": kernels, "categories": categories, "ranges": pd.DataFrame()}
+    tables = {
+        "summary": summary,
+        "kernels": kernels,
+        "categories": categories,
+        "ranges": pd.DataFrame(columns=["range"]),
+    }
     res = TraceResult(label="t", source="t.json", meta={}, tables=tables)
     return trace_section(res, top=10).figures
 

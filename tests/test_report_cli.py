@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from profiler_kit.cli import cli
-from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys
+from profiler_kit.report import file_key
+from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys, shared_dir
 
 CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
 KINETO_FIXTURE = FIXTURES / "kineto"
@@ -65,12 +68,37 @@ def test_report_data_files_for_traces_in_subfolders(tmp_path):
     assert all(p.is_file() for p in (tmp_path / "out").iterdir())
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "nsys_sqlite").is_dir(), reason="shared data absent")
-def test_report_on_shared_exports_names_top_kernel(tmp_path):
-    res = run("report", SHARED_DATA / "nsys_sqlite", "-o", tmp_path)
+REAL_EXPORTS = shared_dir("nsys_sqlite", "*.sqlite")
+
+
+def _top_kernel(path: Path) -> str | None:
+    """The kernel name with the most GPU time, by SQL on the export; None without a kernel table."""
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    sql = """SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName
+             GROUP BY k.demangledName ORDER BY sum(k."end" - k.start) DESC LIMIT 1"""
+    try:
+        return con.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:  # no such table
+        return None
+    finally:
+        con.close()
+
+
+@pytest.mark.skipif(REAL_EXPORTS is None, reason="no real exports (../shared/data or tests/data/real)")
+def test_report_on_real_exports_names_top_kernel(tmp_path):
+    """Several real exports in one report: each one's first kernel row is the kernel SQL finds most GPU time for."""
+    res = run("report", REAL_EXPORTS, "-o", tmp_path, "--format", "csv")
     assert res.exit_code == 0, res.output
-    md = (tmp_path / "report.md").read_text()
-    assert "ampere_sgemm_128x64_tn" in md and "Comparison across traces" in md
+    assert (tmp_path / "report.comparison_overview.csv").is_file()
+    checked = 0
+    for export in sorted(REAL_EXPORTS.glob("*.sqlite")):
+        top = _top_kernel(export)
+        if top is not None:
+            table = tmp_path / f"report.{file_key(export.name + '_top_kernels', '')}.csv"
+            with table.open(newline="") as fh:
+                assert next(csv.DictReader(fh))["kernel"] == top, export.name
+            checked += 1
+    assert checked
 
 
 def test_kernels_and_nvtx_commands():

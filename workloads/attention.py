@@ -84,8 +84,10 @@ def attention_triton_atomic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
 
 
 def attention_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    """PyTorch's fused attention (flash / memory-efficient / cuDNN / math, its choice)."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    """PyTorch's fused attention (flash / memory-efficient / cuDNN / math, its choice); K/V with fewer heads
+    than Q are grouped-query attention (``enable_gqa``)."""
+    gqa = k.dim() >= 4 and k.shape[-3] != q.shape[-3]
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
 
 def get_impl(name: str) -> Callable:
@@ -112,12 +114,16 @@ def make_inputs(
     device: torch.device | str,
     requires_grad: bool = True,
     seed: int = 0,
+    kv_heads: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random q, k, v of shape (batch, heads, seq, d_head), or (batch, seq, d_head) when heads is 0."""
+    """Random q, k, v of shape (batch, heads, seq, d_head), or (batch, seq, d_head) when heads is 0;
+    ``kv_heads`` (0: ``heads``) gives k and v fewer heads (grouped-query attention)."""
     shape = (batch, heads, seq, d_head) if heads else (batch, seq, d_head)
+    kv_shape = (batch, kv_heads, seq, d_head) if heads and kv_heads else shape
     gen = torch.Generator(device=device).manual_seed(seed)
     return tuple(
-        torch.randn(shape, generator=gen, device=device, dtype=dtype).requires_grad_(requires_grad) for _ in range(3)
+        torch.randn(s, generator=gen, device=device, dtype=dtype).requires_grad_(requires_grad)
+        for s in (shape, kv_shape, kv_shape)
     )
 
 

@@ -9,12 +9,16 @@ causal; backward 2.5x forward.
 
 Rows are appended (and flushed) as they finish so a run cut short keeps what it
 measured. ``python -m profiler_kit.attention_report`` turns the JSONL into
-markdown + HTML.
+markdown + HTML. ``--sweep`` times ours (``triton``) and SDPA in one process over
+d 64 and 128, seq 1k-64k, causal and not, bf16 and fp16, and ends with a side-by-side
+table (ms, TFLOP/s, SDPA's time over ours); ``--quick`` is a subset of it for one call.
+``--kv-heads`` gives K/V fewer heads (grouped-query attention; SDPA with ``enable_gqa``).
 
 Example::
 
     python -m workloads.attention_bench --impl triton sdpa --d-head 64 128 --seq 1024 4096 16384 \\
         --dtype bfloat16 --causal --out benchmarks/results/attention/run.jsonl
+    python -m workloads.attention_bench --sweep --quick   # ours against SDPA, 16 cases
     python -m workloads.attention_bench --check   # correctness at real sizes vs an fp32 reference
 """
 
@@ -49,8 +53,11 @@ def bench_case(
     causal: bool,
     warmup: int = 25,
     rep: int = 100,
+    kv_heads: int = 0,
 ) -> dict:
-    """One row: fwd/bwd/fwd+bwd median ms, memory before backward, TFLOP/s; status ok / oom / error."""
+    """One row: fwd/bwd/fwd+bwd median ms, memory before backward, TFLOP/s; status ok / oom / error.
+
+    FLOPs count the query heads: grouped-query attention (``kv_heads``) does the same products."""
     from triton.testing import do_bench
 
     row = {
@@ -61,6 +68,7 @@ def bench_case(
         "d_head": d_head,
         "dtype": dtype,
         "causal": causal,
+        "kv_heads": kv_heads or heads,
         "warmup_ms": warmup,
         "rep_ms": rep,
         "device": torch.cuda.get_device_name(),
@@ -68,7 +76,7 @@ def bench_case(
     fn = get_impl(impl)
     q = k = v = out = None
     try:
-        q, k, v = make_inputs(batch, heads, seq, d_head, DTYPES[dtype], "cuda")
+        q, k, v = make_inputs(batch, heads, seq, d_head, DTYPES[dtype], "cuda", kv_heads=kv_heads)
         torch.cuda.synchronize()
         fwd = do_bench(lambda: fn(q, k, v, causal), warmup=warmup, rep=rep, return_mode="median")
         out = fn(q, k, v, causal)
@@ -110,67 +118,122 @@ def bench_case(
     return row
 
 
-def check_case(impl: str, batch: int, heads: int, seq: int, d_head: int, dtype: str, causal: bool) -> dict:
-    """Relative error (||x - ref|| / ||ref||) of O, dQ, dK, dV against fp32 math attention on the GPU."""
+def check_case(
+    impl: str, batch: int, heads: int, seq: int, d_head: int, dtype: str, causal: bool, kv_heads: int = 0
+) -> dict:
+    """Relative error (||x - ref|| / ||ref||) of O, dQ, dK, dV against fp32 math attention on the GPU.
+
+    With ``kv_heads`` the reference repeats each K/V head over its group, so its dK, dV sum over the group."""
     fn = get_impl(impl)
-    q, k, v = make_inputs(batch, heads, seq, d_head, DTYPES[dtype], "cuda", seed=seq + d_head)
+    q, k, v = make_inputs(batch, heads, seq, d_head, DTYPES[dtype], "cuda", seed=seq + d_head, kv_heads=kv_heads)
     out = fn(q, k, v, causal)
     grad = torch.randn_like(out)
     out.backward(grad)
     ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
-    scores = ref_in[0] @ ref_in[1].transpose(-1, -2) / math.sqrt(d_head)
+    group = q.shape[-3] // k.shape[-3] if q.dim() == 4 else 1
+    kr, vr = (t.repeat_interleave(group, dim=-3) for t in ref_in[1:])
+    scores = ref_in[0] @ kr.transpose(-1, -2) / math.sqrt(d_head)
     if causal:
         scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-    ref = torch.softmax(scores, -1) @ ref_in[2]
+    ref = torch.softmax(scores, -1) @ vr
     ref.backward(grad.float())
     errs = {}
     for name, got, want in [("o", out, ref)] + [
         (f"d{n}", t.grad, r.grad) for n, t, r in zip("qkv", (q, k, v), ref_in, strict=True)
     ]:
         errs[f"rel_err_{name}"] = ((got.float() - want).norm() / want.norm()).item()
-    return {"impl": impl, "batch": batch, "heads": heads, "seq": seq, "d_head": d_head, "dtype": dtype,
-            "causal": causal, **errs}  # fmt: skip
+    return {"impl": impl, "batch": batch, "heads": heads, "kv_heads": kv_heads or heads, "seq": seq, "d_head": d_head,
+            "dtype": dtype, "causal": causal, **errs}  # fmt: skip
+
+
+# --sweep: ours against SDPA over the shapes of issue 26; --quick: a subset that fits one device call
+SWEEP = {"d_head": [64, 128], "seq": [1024, 2048, 4096, 8192, 16384, 32768, 65536], "dtype": ["bfloat16", "float16"]}
+QUICK = {"d_head": [64, 128], "seq": [4096, 16384], "dtype": ["bfloat16"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--impl", nargs="+", default=list(IMPLS), choices=IMPLS)
-    p.add_argument("--d-head", nargs="+", type=int, default=[16, 32, 64, 128])
-    p.add_argument("--seq", nargs="+", type=int, default=[2**i for i in range(7, 17)])
-    p.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=list(DTYPES))
+    p.add_argument("--impl", nargs="+", default=None, choices=IMPLS, help="default: all (--sweep: triton sdpa)")
+    p.add_argument("--d-head", nargs="+", type=int, default=None, help="default: 16 32 64 128")
+    p.add_argument("--seq", nargs="+", type=int, default=None, help="default: 128 ... 65536")
+    p.add_argument("--dtype", nargs="+", default=None, choices=list(DTYPES), help="default: bfloat16")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=16, help="0 for (batch, seq, d) inputs")
-    p.add_argument("--causal", action="store_true")
+    p.add_argument("--kv-heads", type=int, default=0, help="K/V heads, a divisor of --heads (0: as many)")
+    p.add_argument("--causal", action="store_true", help="causal only (same as --mask causal)")
+    p.add_argument("--mask", nargs="+", default=None, choices=["full", "causal"], help="default: full")
+    p.add_argument("--sweep", action="store_true", help="triton and sdpa, d 64 128, seq 1k-64k, both masks, "
+                   "bf16 fp16, then a side-by-side table")  # fmt: skip
+    p.add_argument("--quick", action="store_true", help="with --sweep: d 64 128, seq 4096 16384, bf16 only")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
     p.add_argument("--max-seq", nargs="*", default=[], metavar="IMPL=SEQ", help="skip IMPL above SEQ (slow impls)")
     p.add_argument("--check", action="store_true", help="correctness vs fp32 reference instead of timing")
     p.add_argument("--out", default="-", help="JSONL file to append to (- for stdout)")
     args = p.parse_args(argv)
+    grid = (QUICK if args.quick else SWEEP) if args.sweep or args.quick else {}
+    impls = args.impl or (["triton", "sdpa"] if grid else list(IMPLS))
+    d_heads = args.d_head or grid.get("d_head", [16, 32, 64, 128])
+    seqs = args.seq or grid.get("seq", [2**i for i in range(7, 17)])
+    dtypes = args.dtype or grid.get("dtype", ["bfloat16"])
+    masks = args.mask or (["causal"] if args.causal else ["causal", "full"] if grid else ["full"])
     limits = {k: int(v) for k, v in (item.split("=") for item in args.max_seq)}
     sink = sys.stdout if args.out == "-" else open(args.out, "a", encoding="utf-8")  # noqa: SIM115
-    for dtype in args.dtype:
-        for d in args.d_head:
-            for seq in args.seq:
-                for impl in args.impl:
-                    if seq > limits.get(impl, 1 << 30):
-                        continue
-                    t0 = time.perf_counter()
-                    if args.check:
-                        try:
-                            row = check_case(impl, args.batch, args.heads, seq, d, dtype, args.causal)
-                        except Exception as err:  # report and go on to the next case
-                            row = {"impl": impl, "seq": seq, "d_head": d, "dtype": dtype, "causal": args.causal,
-                                   "status": "error", "error": f"{type(err).__name__}: {str(err)[:300]}"}  # fmt: skip
-                    else:
-                        row = bench_case(
-                            impl, args.batch, args.heads, seq, d, dtype, args.causal, args.warmup, args.rep
-                        )
-                    row["wall_s"] = round(time.perf_counter() - t0, 2)
-                    sink.write(json.dumps(row) + "\n")
-                    sink.flush()
-                    print(_summary(row), file=sys.stderr, flush=True)
+    rows = []
+    for dtype in dtypes:
+        for d in d_heads:
+            for mask in masks:
+                causal = mask == "causal"
+                for seq in seqs:
+                    for impl in impls:
+                        if seq > limits.get(impl, 1 << 30):
+                            continue
+                        row = _run(args, impl, seq, d, dtype, causal)
+                        rows.append(row)
+                        sink.write(json.dumps(row) + "\n")
+                        sink.flush()
+                        print(_summary(row), file=sys.stderr, flush=True)
+    if len(impls) > 1 and not args.check:
+        print(side_by_side(rows, impls[0], impls[1]), file=sys.stderr if args.out == "-" else sys.stdout, flush=True)
     return 0
+
+
+def _run(args, impl: str, seq: int, d: int, dtype: str, causal: bool) -> dict:
+    t0 = time.perf_counter()
+    if args.check:
+        try:
+            row = check_case(impl, args.batch, args.heads, seq, d, dtype, causal, args.kv_heads)
+        except Exception as err:  # report and go on to the next case
+            row = {"impl": impl, "seq": seq, "d_head": d, "dtype": dtype, "causal": causal,
+                   "status": "error", "error": f"{type(err).__name__}: {str(err)[:300]}"}  # fmt: skip
+    else:
+        row = bench_case(impl, args.batch, args.heads, seq, d, dtype, causal, args.warmup, args.rep, args.kv_heads)
+    row["wall_s"] = round(time.perf_counter() - t0, 2)
+    return row
+
+
+def side_by_side(rows: list[dict], ours: str, theirs: str) -> str:
+    """Markdown table: each case's fwd, bwd and fwd+bwd ms (TFLOP/s) for ``ours`` and ``theirs``, and the
+    speedup theirs/ours (above 1: ours is faster)."""
+    by_case: dict[tuple, dict] = {}
+    for r in rows:
+        by_case.setdefault((r["dtype"], r["d_head"], r["causal"], r["seq"]), {})[r["impl"]] = r
+    head = (
+        f"| dtype | d | causal | seq | {ours} fwd / bwd / fwd+bwd ms (TFLOP/s) | {theirs} | speedup fwd / bwd / both |"
+    )
+    lines = [head, "|---|---:|---|---:|---|---|---|"]
+    for (dtype, d, causal, seq), pair in by_case.items():
+        a, b = pair.get(ours, {}), pair.get(theirs, {})
+        cells = []
+        for r in (a, b):
+            if r.get("status") != "ok":
+                cells.append(r.get("status", "-"))
+                continue
+            cells.append(" / ".join(f"{r[k + '_ms']:.3f} ({r[k + '_tflops']:.0f})" for k in ("fwd", "bwd", "fwd_bwd")))
+        ok = a.get("status") == b.get("status") == "ok"
+        ratio = " / ".join(f"{b[k] / a[k]:.2f}" for k in ("fwd_ms", "bwd_ms", "fwd_bwd_ms")) if ok else "-"
+        lines.append(f"| {dtype} | {d} | {causal} | {seq} | {cells[0]} | {cells[1]} | {ratio} |")
+    return "\n".join(lines)
 
 
 def _summary(row: dict) -> str:

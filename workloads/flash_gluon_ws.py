@@ -17,7 +17,7 @@ by side (``gl.warp_specialize``), as FlashAttention-3's backward does:
 
 The default (``kvds``: K, V and dS from registers; 16 warps, one program per SM) ran the backward at
 1x16x16384x64 bf16 causal in 2.68 ms against cuDNN's 3.01-3.03 and the ``tma`` kernel's 3.40 (H200,
-attention_bench; benchmarks/results/attention/run15.md). Commit 87d8786 holds every structure run 15
+attention_bench; benchmarks/README.md, run 15). Commit 87d8786 holds every structure run 15
 measured (one consumer a program, consumers with their own dQ product); they were slower, and the
 one-consumer ones gave NaN with two programs on an SM.
 
@@ -45,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from workloads.flash_triton import _capability, _launch
+from workloads.triton_launch import capability, launch
 
 LOG2E = gl.constexpr(1.4426950408889634)
 KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns (two a program)
@@ -287,7 +287,7 @@ def supported(q: torch.Tensor) -> bool:
         and q.dtype in (torch.bfloat16, torch.float16)
         and d == 64
         and n % KEYS_PER_PROGRAM == 0
-        and _capability(q.device.index)[0] == 9
+        and capability(q.device.index)[0] == 9
     )
 
 
@@ -324,12 +324,12 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
 
     Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 64)`` q, k, v, dO;
     ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
-    Launched as ``flash_triton`` launches its kernels (``_launch``): after the first launch of a shape,
+    Launched as ``flash_triton`` launches its kernels (``triton_launch.launch``): after the first launch of a shape,
     the compiled kernel is called directly, without the JIT's per-call Python.
     """
     grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
     names = _flash_ws_dkdv_kernel.arg_names[len(args) :]
-    _launch(_flash_ws_dkdv_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
+    launch(_flash_ws_dkdv_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
 
 
 def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 16):

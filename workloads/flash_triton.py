@@ -29,14 +29,20 @@ pays nothing).
   128, Hopper; other inputs take ``"tma"``). ``DEFAULT_BWD`` says which one
   16-bit inputs get on Hopper: ``"gluon_ws"``, 2.66-2.70 ms against cuDNN's
   3.03-3.04 and the ``tma`` kernel's 3.36 at the leaderboard shape, and less
-  GPU time from seq 4096 up (runs 15-16, benchmarks/results/attention/README.md).
+  GPU time from seq 4096 up (runs 15-16, benchmarks/README.md).
   Their dQ sums in an unspecified order, so they are not bitwise deterministic.
   fp32 inputs and pre-Hopper GPUs use the two-kernel backward. ``BWD_OPTS``
   switches the dK/dV kernel's structure (16-bit inputs, head dims up to
   ``BWD_OPTS_MAX_D``); the defaults load Q and dO tiles by TMA descriptors,
   fold the softmax scale into dS and start the heads in groups of 4, which
   with a 168-register cap fits 3 programs per SM: 3.38 ms against 3.66 before
-  run 8 at the leaderboard shape (benchmarks/results/attention/README.md).
+  run 8 at the leaderboard shape (benchmarks/README.md).
+- Grouped-query attention: K/V with fewer heads than Q (a divisor of them); query head ``h`` reads K/V head
+  ``h // group`` (SDPA's ``enable_gqa``), and the dK/dV kernel loops over a K/V head's query heads, so dK, dV
+  are their sums with one writer per tile. The Gluon dK/dV kernel has no head groups: GQA takes ``"tma"``.
+- At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``): a load warp and two consumer
+  warpgroups: 13-19% less time than the Triton forward there, 4-14% more than cuDNN's (issue 26, H100, seq 4096
+  and 16384; benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -44,9 +50,9 @@ fp32 inputs keep fp32 accumulators but their ``tl.dot`` products run on TF32
 tensor cores (Triton's default), like torch matmuls with TF32 allowed: about
 2e-3 relative error against fp32 math attention (run 9), not fp32's 1e-6.
 
-Short sequences are bound by the host, not the GPU: on Triton 3.6 ``_launch`` calls a key's compiled kernel
-directly after its first launch, skipping Triton's per-call Python (run 11: forward + backward at
-seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40).
+Short sequences are bound by the host, not the GPU: on Triton 3.6 ``triton_launch.launch`` calls a key's
+compiled kernel directly after its first launch, skipping Triton's per-call Python (run 11: forward +
+backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40).
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton). Eager
@@ -59,7 +65,6 @@ the CPU (tests do); a single small tile config is then used.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -67,12 +72,12 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.tools.tensor_descriptor import TensorDescriptor
+
+from workloads.triton_launch import INTERPRET, capability, desc_hook, launch
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _interpreter_numpy_shim() -> None:
@@ -113,19 +118,6 @@ if INTERPRET:
     _interpreter_numpy_shim()
 
 
-def _desc_hook(nargs):
-    """Give the TMA descriptors among the arguments the tile shape of the config being launched."""
-    for name, block in (
-        ("K_DESC", "BLOCK_N"),
-        ("V_DESC", "BLOCK_N"),
-        ("DQ_DESC", "BLOCK_M"),
-        ("Q_DESC", "BLOCK_M"),
-        ("DO_DESC", "BLOCK_M"),
-    ):
-        if name in nargs and not isinstance(nargs[name], torch.Tensor):
-            nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
-
-
 def _cfg(bm, bn, warps, stages, maxnreg=None, hook=None):
     """A tile config; ``maxnreg`` caps registers per thread (more resident programs per SM, or spills)."""
     return triton.Config(
@@ -157,6 +149,9 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 
 DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
+# head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper, lengths a multiple of 128 (others: Triton):
+# d 128 forward 1.98-2.00 ms against the Triton kernel's 2.46 and SDPA's 1.92 (causal, seq 16384, H100)
+FWD_GLUON: dict[int, str] = {128: "n128"}
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
@@ -174,14 +169,14 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DQ_CONFIGS = [_cfg(*c) for c in _override.get("dq", [])] or DQ_CONFIGS
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
     FWD_TMA = _override.get("fwd_tma", FWD_TMA)
+    FWD_GLUON = {int(d): c for d, c in _override.get("fwd_gluon", FWD_GLUON).items()}
     FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
     BWD_OPTS = {**BWD_OPTS, **_override.get("bwd_opts", {})}
 
 
 def _hooked(configs):
     return [
-        _cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, _desc_hook)
-        for c in configs
+        _cfg(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, desc_hook) for c in configs
     ]
 
 
@@ -221,6 +216,7 @@ _KEY_DKDV = [
     "QDO_TMA",
     "REORDER",
     "SCALE_DS",
+    "GQA",
 ]
 
 
@@ -285,18 +281,19 @@ def _fwd_inner(
 @triton.jit
 def _flash_fwd_kernel(
     Q, K, V, K_DESC, V_DESC, Out, L, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr, HEAD_GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, TMA: tl.constexpr, HEAD_GROUP: tl.constexpr, GQA: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
     """One program per query tile (1-D grid, order by ``_tile_order``); with ``TMA`` K and V tiles come
-    through bulk tensor copies (``K_DESC``, ``V_DESC``)."""
+    through bulk tensor copies (``K_DESC``, ``V_DESC``). Query head ``h`` reads K/V head ``h // GQA``."""
     num_m = tl.cdiv(N_CTX, BLOCK_M)
     pid_m, pid_bh = _tile_order(tl.program_id(0), num_m, tl.num_programs(0) // num_m, HEAD_GROUP)
     if IS_CAUSAL:
         pid_m = num_m - 1 - pid_m  # longest rows first
     off_bh = pid_bh.to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
-    row0 = pid_bh * N_CTX
+    kv_base = (off_bh // GQA) * N_CTX * HEAD_DIM
+    row0 = (pid_bh // GQA) * N_CTX  # K/V rows in the descriptors
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     q_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
@@ -311,16 +308,16 @@ def _flash_fwd_kernel(
     if IS_CAUSAL:
         diag = pid_m * BLOCK_M
         acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, K + base, V + base, K_DESC, V_DESC, row0, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
+            acc, l_i, m_i, q, K + kv_base, V + kv_base, K_DESC, V_DESC, row0, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
             HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL, TMA,
         )  # fmt: skip
         acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, K + base, V + base, K_DESC, V_DESC, row0, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
+            acc, l_i, m_i, q, K + kv_base, V + kv_base, K_DESC, V_DESC, row0, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
             HEAD_DIM, BLOCK_N, True, EVEN, IS_CAUSAL, TMA,
         )  # fmt: skip
     else:
         acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, K + base, V + base, K_DESC, V_DESC, row0, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
+            acc, l_i, m_i, q, K + kv_base, V + kv_base, K_DESC, V_DESC, row0, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
             HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL, TMA,
         )  # fmt: skip
     acc = acc / l_i[:, None]
@@ -418,48 +415,16 @@ def _dkdv_inner(
     return dk, dv
 
 
-@triton.autotune(
-    configs=DKDV_CONFIGS,
-    key=_KEY_DKDV,
-    prune_configs_by={"early_config_prune": _prune},
-    reset_to_zero=["DQ"],  # atomic dQ accumulates: each autotune trial must start from zero
-)
-@triton.heuristics({"EVEN": _even})
 @triton.jit
-def _flash_bwd_dkdv_kernel(
-    Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
-    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+def _dkdv_head(
+    dk, dv, k, v, Q, DO, Q_DESC, DO_DESC, DQ, DQ_DESC, L, D, pid_bh, pid_n, offs_n, offs_d, N_CTX, sm_scale,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, QDO_TMA: tl.constexpr,
+    REORDER: tl.constexpr, SCALE_DS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per key tile: dK, dV accumulated over the query tiles that see it.
-
-    ``DQ_MODE`` 1 also adds each tile's dQ share into fp32 ``DQ`` with
-    elementwise atomics, 2 with one bulk tensor reduce per tile through
-    ``DQ_DESC`` (a descriptor over ``DQ`` viewed as ``(batch*heads*N_CTX, HEAD_DIM)``).
-    Structure switches (``BWD_OPTS``): ``HEAD_GROUP`` launch order (``_tile_order``;
-    with causal masking key tile 0 sees the most queries); ``QDO_TMA`` Q and dO tiles through ``Q_DESC``/``DO_DESC``;
-    ``REORDER`` issues dP before dV, so that the dV product runs while dS is
-    computed; ``SCALE_DS`` folds the softmax scale into dS. Run 8 also screened
-    queries-as-rows P/dS and issuing the dQ product first; both lost and were
-    removed (they live at commit 7fa6ddf).
-    """
-    num_n = tl.cdiv(N_CTX, BLOCK_N)
-    pid_n, pid_bh = _tile_order(tl.program_id(0), num_n, tl.num_programs(0) // num_n, HEAD_GROUP)
+    """dK, dV of one key tile accumulated over the query tiles of query head ``pid_bh`` that see it."""
     off_bh = pid_bh.to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
     row0 = pid_bh * N_CTX
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    if EVEN:
-        k = tl.load(K + base + kv_off)
-        v = tl.load(V + base + kv_off)
-    else:
-        k = tl.load(K + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
-        v = tl.load(V + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     lrow = L + off_bh * N_CTX
     drow = D + off_bh * N_CTX
@@ -481,6 +446,61 @@ def _flash_bwd_dkdv_kernel(
             0, N_CTX, N_CTX, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, False, EVEN, DQ_MODE,
             QDO_TMA, REORDER, SCALE_DS,
         )  # fmt: skip
+    return dk, dv
+
+
+@triton.autotune(
+    configs=DKDV_CONFIGS,
+    key=_KEY_DKDV,
+    prune_configs_by={"early_config_prune": _prune},
+    reset_to_zero=["DQ"],  # atomic dQ accumulates: each autotune trial must start from zero
+)
+@triton.heuristics({"EVEN": _even})
+@triton.jit
+def _flash_bwd_dkdv_kernel(
+    Q, K, V, DO, Q_DESC, DO_DESC, DK, DV, DQ, DQ_DESC, L, D, sm_scale, N_CTX,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr, HEAD_GROUP: tl.constexpr,
+    QDO_TMA: tl.constexpr, REORDER: tl.constexpr, SCALE_DS: tl.constexpr, GQA: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+):  # fmt: skip
+    """One program per key tile of a K/V head: dK, dV accumulated over the query tiles that see it, in each
+    of the head's ``GQA`` query heads.
+
+    ``DQ_MODE`` 1 also adds each tile's dQ share into fp32 ``DQ`` with
+    elementwise atomics, 2 with one bulk tensor reduce per tile through
+    ``DQ_DESC`` (a descriptor over ``DQ`` viewed as ``(batch*heads*N_CTX, HEAD_DIM)``).
+    Structure switches (``BWD_OPTS``): ``HEAD_GROUP`` launch order (``_tile_order``;
+    with causal masking key tile 0 sees the most queries); ``QDO_TMA`` Q and dO tiles through ``Q_DESC``/``DO_DESC``;
+    ``REORDER`` issues dP before dV, so that the dV product runs while dS is
+    computed; ``SCALE_DS`` folds the softmax scale into dS. Run 8 also screened
+    queries-as-rows P/dS and issuing the dQ product first; both lost and were
+    removed (they live at commit 7fa6ddf).
+    """
+    num_n = tl.cdiv(N_CTX, BLOCK_N)
+    pid_n, pid_kv = _tile_order(tl.program_id(0), num_n, tl.num_programs(0) // num_n, HEAD_GROUP)
+    base = pid_kv.to(tl.int64) * N_CTX * HEAD_DIM  # K/V head; its query heads are pid_kv * GQA + g
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kv_off = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    if EVEN:
+        k = tl.load(K + base + kv_off)
+        v = tl.load(V + base + kv_off)
+    else:
+        k = tl.load(K + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+        v = tl.load(V + base + kv_off, mask=offs_n[:, None] < N_CTX, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    if GQA == 1:
+        dk, dv = _dkdv_head(
+            dk, dv, k, v, Q, DO, Q_DESC, DO_DESC, DQ, DQ_DESC, L, D, pid_kv, pid_n, offs_n, offs_d, N_CTX, sm_scale,
+            HEAD_DIM, IS_CAUSAL, DQ_MODE, QDO_TMA, REORDER, SCALE_DS, BLOCK_M, BLOCK_N, EVEN,
+        )  # fmt: skip
+    else:  # grouped-query attention: dK, dV of a shared head sum over the GQA query heads that read it
+        for g in range(GQA):
+            dk, dv = _dkdv_head(
+                dk, dv, k, v, Q, DO, Q_DESC, DO_DESC, DQ, DQ_DESC, L, D, pid_kv * GQA + g, pid_n, offs_n, offs_d,
+                N_CTX, sm_scale, HEAD_DIM, IS_CAUSAL, DQ_MODE, QDO_TMA, REORDER, SCALE_DS, BLOCK_M, BLOCK_N, EVEN,
+            )  # fmt: skip
     if not SCALE_DS:
         dk = dk * sm_scale
     if EVEN:
@@ -521,15 +541,17 @@ def _dq_inner(
 @triton.jit
 def _flash_bwd_dq_kernel(
     Q, K, V, DO, DQ, L, D, sm_scale, N_CTX,
-    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
+    HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr, GQA: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, EVEN: tl.constexpr,
 ):  # fmt: skip
-    """One program per query tile: dQ accumulated over the key tiles it sees."""
+    """One program per query tile: dQ accumulated over the key tiles it sees (of K/V head ``head // GQA``)."""
     num_m = tl.cdiv(N_CTX, BLOCK_M)
     pid_m = tl.program_id(0)
     if IS_CAUSAL:
         pid_m = num_m - 1 - pid_m  # longest rows first
     off_bh = tl.program_id(1).to(tl.int64)
     base = off_bh * N_CTX * HEAD_DIM
+    kv_base = (off_bh // GQA) * N_CTX * HEAD_DIM
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_off = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
@@ -549,16 +571,16 @@ def _flash_bwd_dq_kernel(
     if IS_CAUSAL:
         diag = pid_m * BLOCK_M
         dq = _dq_inner(
-            dq, q, do, lse, delta, K + base, V + base, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
+            dq, q, do, lse, delta, K + kv_base, V + kv_base, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
             HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
         )  # fmt: skip
         dq = _dq_inner(
-            dq, q, do, lse, delta, K + base, V + base, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
+            dq, q, do, lse, delta, K + kv_base, V + kv_base, offs_m, offs_d, diag, diag + BLOCK_M, N_CTX, qk_scale,
             HEAD_DIM, BLOCK_N, True, EVEN, IS_CAUSAL,
         )  # fmt: skip
     else:
         dq = _dq_inner(
-            dq, q, do, lse, delta, K + base, V + base, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
+            dq, q, do, lse, delta, K + kv_base, V + kv_base, offs_m, offs_d, 0, N_CTX, N_CTX, qk_scale,
             HEAD_DIM, BLOCK_N, False, EVEN, IS_CAUSAL,
         )  # fmt: skip
     dq = dq * sm_scale
@@ -572,8 +594,20 @@ def _flash_bwd_dq_kernel(
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"q, k, v must have one shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    """One shape for q, k, v, except that k and v may have fewer heads (dim -3) than q, a divisor of q's."""
+    gqa = (
+        k.shape == v.shape
+        and q.dim() >= 4
+        and q.shape[:-3] == k.shape[:-3]
+        and q.shape[-2:] == k.shape[-2:]
+        and 0 < k.shape[-3] <= q.shape[-3]
+        and q.shape[-3] % k.shape[-3] == 0
+    )
+    if not (q.shape == k.shape == v.shape or gqa):
+        raise ValueError(
+            "q, k, v must have one shape, or k and v a divisor of q's heads (dim -3) and q's other dims, got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     d = q.shape[-1]
     if d < 16 or d > 256 or d & (d - 1):
         raise ValueError(f"head dim must be a power of two in [16, 256], got {d}")
@@ -581,78 +615,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"unsupported dtype {q.dtype}")
 
 
-LAST_COMPILED: dict[str, tuple] = {}  # kernel name -> (registers, spills) of the last fixed-config launch
-
-# Compiled kernels by launch key, with the tuned config's constants (see _launch). Triton's own launch path
-# (autotuner lookup, argument specialization, a cache-key string built per call) costs 40-150 us of host time
-# per launch on the H200 machines (run 11), most of a short sequence's forward + backward.
-_PLANS: dict[tuple, tuple] = {}
-# How a compiled kernel takes its arguments (every bound argument, constexprs included, to CompiledKernel's
-# runner) was checked on Triton 3.6 (run 11); older releases passed only the non-constexpr ones, so other
-# versions take Triton's own launch path.
-FAST_LAUNCH = not INTERPRET and triton.__version__.split(".")[:2] == ["3", "6"]
-
-
-def _launch_key(kernel, args: tuple, consts: dict) -> tuple:
-    """What Triton specializes a launch on: each tensor's dtype and 16-byte alignment, integer values, constexprs."""
-    parts = [id(kernel), torch.cuda.current_device()]
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            parts.append((a.dtype, a.data_ptr() % 16 == 0))
-        elif hasattr(a, "base"):  # a TMA descriptor, Triton's or Gluon's
-            parts.append((a.base.dtype, a.base.data_ptr() % 16 == 0, "desc"))
-        else:
-            parts.append(a if isinstance(a, int) else type(a))
-    parts.extend(consts.items())
-    return tuple(parts)
-
-
-def _tuned_constants(kernel, args: tuple, consts: dict) -> dict:
-    """The constexprs the autotuner and heuristics added to the launch ``kernel[grid](*args, **consts)`` just made."""
-    tuned = dict(kernel.best_config.kwargs) if isinstance(kernel, Autotuner) else {}
-    inner = kernel.fn if isinstance(kernel, Autotuner) else kernel
-    if isinstance(inner, Heuristics):
-        named = dict(zip(inner.arg_names, args, strict=False)) | consts | tuned
-        tuned |= {name: heuristic(named) for name, heuristic in inner.values.items()}
-    return tuned
-
-
-def _launch(kernel, grid, args, consts, config=None):
-    """Autotuned launch, or (``config=(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])``) one fixed config.
-
-    The first autotuned launch of a key (``_launch_key``) goes through Triton, which tunes and compiles;
-    later ones call that compiled kernel with the same constants, skipping Triton's per-call Python.
-    """
-    if config is None:
-        key = _launch_key(kernel, args, consts) if FAST_LAUNCH else None
-        plan = _PLANS.get(key)
-        if plan is None:
-            compiled = kernel[grid](*args, **consts)
-            if key is not None and hasattr(compiled, "packed_metadata"):
-                _PLANS[key] = (compiled, _tuned_constants(kernel, args, consts))
-            return
-        compiled, tuned = plan
-        named = dict(zip(kernel.arg_names, args, strict=False)) | consts | tuned
-        _desc_hook(named)
-        dims = tuple(grid(named) if callable(grid) else grid)
-        compiled[dims + (1,) * (3 - len(dims))](*(named[name] for name in kernel.arg_names))
-    else:
-        bm, bn, warps, stages, *rest = config
-        extra = {"maxnreg": rest[0]} if rest and rest[0] else {}
-        compiled = kernel.fn[grid](*args, **consts, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **extra)
-        fn = kernel
-        while hasattr(fn, "fn"):  # Autotuner -> Heuristics -> JITFunction -> the Python function
-            fn = fn.fn
-        LAST_COMPILED[fn.__name__] = (getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None))
-
-
-@functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
-
-
 def _hopper(q: torch.Tensor) -> bool:
-    return INTERPRET or (q.is_cuda and _capability(q.device.index)[0] >= 9)
+    return INTERPRET or (q.is_cuda and capability(q.device.index)[0] >= 9)
 
 
 def forward_kernels(
@@ -666,19 +630,27 @@ def forward_kernels(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward on contiguous ``(batch*heads, seq, d)`` tensors: ``(O, L)``; ``config`` skips autotuning.
 
+    ``k`` and ``v`` may have fewer rows than ``q`` (``batch*kv_heads``, grouped-query attention): query row
+    ``i`` of the flattened heads then reads K/V row ``i // (q.shape[0] // k.shape[0])``, as SDPA's
+    ``enable_gqa=True`` does for ``(batch, heads, seq, d)`` inputs.
+
     ``tma=None`` takes ``FWD_TMA`` for 16-bit inputs on Hopper, pointer loads otherwise;
     ``head_group=None`` takes ``FWD_HEAD_GROUP`` (launch order, see ``_tile_order``).
     """
     bh, n, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+    gluon_fwd = _gluon_fwd(q, k) if config is None and tma is None and d in FWD_GLUON else None
+    if gluon_fwd is not None:
+        gluon_fwd.forward(q, k, v, o, lse, 1.0 / math.sqrt(d), is_causal, FWD_GLUON[d], head_group or FWD_HEAD_GROUP)
+        return o, lse
     if tma is None:
         tma = FWD_TMA and _hopper(q) and q.dtype != torch.float32
     k_desc, v_desc = k, v
-    if tma:  # block shape set per config by _desc_hook (or here for a fixed config)
+    if tma:  # block shape set per config by desc_hook (or here for a fixed config)
         bn = config[1] if config else 16
-        k_desc = TensorDescriptor(k, [bh * n, d], [d, 1], [bn, d])
-        v_desc = TensorDescriptor(v, [bh * n, d], [d, 1], [bn, d])
+        k_desc = TensorDescriptor(k, [k.shape[0] * n, d], [d, 1], [bn, d])
+        v_desc = TensorDescriptor(v, [v.shape[0] * n, d], [d, 1], [bn, d])
 
     if head_group is None:
         head_group = FWD_HEAD_GROUP
@@ -687,8 +659,8 @@ def forward_kernels(
         return (triton.cdiv(n, meta["BLOCK_M"]) * bh,)
 
     args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
-    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group}
-    _launch(_flash_fwd_kernel, grid, args, consts, config)
+    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // k.shape[0]}
+    launch(_flash_fwd_kernel, grid, args, consts, config)
     return o, lse
 
 
@@ -718,6 +690,17 @@ def _gluon_ws(q: torch.Tensor):
     return flash_gluon_ws if flash_gluon_ws.supported(q) else None
 
 
+def _gluon_fwd(q: torch.Tensor, k: torch.Tensor):
+    """``flash_gluon_fwd`` where it takes these inputs under the Triton it was written for, else None."""
+    if not triton.__version__.startswith(GLUON_WS_TRITON):
+        return None
+    try:
+        from workloads import flash_gluon_fwd
+    except (ImportError, AttributeError):
+        return None
+    return flash_gluon_fwd if flash_gluon_fwd.supported(q, k) else None
+
+
 def backward_kernels(
     do: torch.Tensor,
     q: torch.Tensor,
@@ -733,13 +716,19 @@ def backward_kernels(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Backward on contiguous ``(batch*heads, seq, d)`` tensors (``do`` any strides): ``(dQ, dK, dV)``.
 
+    With fewer K/V rows than Q rows (grouped-query attention, as ``forward_kernels``) dK and dV of a shared
+    head are the sums over its query heads, accumulated in one program (no atomics); the warp-specialized
+    Gluon kernel has no head groups, so ``"gluon_ws"`` takes ``"tma"`` then.
+
     ``dkdv_config`` and ``dq_config`` skip autotuning.
 
     ``opts`` overrides entries of ``BWD_OPTS`` (the dK/dV kernel's structure switches, which apply to 16-bit
     inputs with head dims up to ``BWD_OPTS_MAX_D``; others start from all switches off).
     """
     bh, n, d = q.shape
-    ws = _gluon_ws(q) if mode == "gluon_ws" else None
+    bh_kv = k.shape[0]
+    gqa = bh // bh_kv
+    ws = _gluon_ws(q) if mode == "gluon_ws" and gqa == 1 else None  # it has no head groups: GQA takes ``tma``
     if mode == "gluon_ws" and ws is None:  # inputs the warp-specialized kernel does not take
         mode, dkdv_config = "tma", None
     mode_id = BWD_MODES[mode]
@@ -748,7 +737,7 @@ def backward_kernels(
     dq = torch.empty(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
-    _launch(
+    launch(
         _flash_bwd_delta_kernel,
         (triton.cdiv(n, block), bh),
         (o, do, do_c, dq, delta, n, *do.stride()),
@@ -766,7 +755,7 @@ def backward_kernels(
     opts = {**(BWD_OPTS if tuned else plain), **(opts or {})}
     aligned = q.data_ptr() % 16 == 0 and do.data_ptr() % 16 == 0  # TMA needs 16-byte aligned tiles
     opts["QDO_TMA"] = bool(opts["QDO_TMA"]) and _hopper(q) and aligned
-    bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by _desc_hook
+    bm = dkdv_config[0] if dkdv_config else 16  # descriptors' block shapes: set per config by desc_hook
     dq_desc, q_desc, do_desc = dq, q, do
     if mode_id == 2:
         dq_desc = TensorDescriptor(dq, [bh * n, d], [d, 1], [bm, d])
@@ -775,18 +764,18 @@ def backward_kernels(
         do_desc = TensorDescriptor(do, [bh * n, d], [d, 1], [bm, d])
 
     def grid_n(meta):
-        return (triton.cdiv(n, meta["BLOCK_N"]) * bh,)
+        return (triton.cdiv(n, meta["BLOCK_N"]) * bh_kv,)
 
     def grid_m(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]), bh)
 
     args = (q, k, v, do, q_desc, do_desc, dk, dv, dq, dq_desc, lse, delta, scale, n)
-    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts}
-    _launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
+    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "DQ_MODE": mode_id, **opts, "GQA": gqa}
+    launch(_flash_bwd_dkdv_kernel, grid_n, args, consts, dkdv_config)
     if mode_id:
         return dq.to(q.dtype), dk, dv
     args = (q, k, v, do, dq, lse, delta, scale, n)
-    _launch(_flash_bwd_dq_kernel, grid_m, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal}, dq_config)
+    launch(_flash_bwd_dq_kernel, grid_m, args, {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "GQA": gqa}, dq_config)
     return dq, dk, dv
 
 
@@ -797,7 +786,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool) 
 
 @_fwd_op.register_fake
 def _(q, k, v, is_causal):
-    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)  # k, v may have fewer heads
 
 
 @torch.library.custom_op("workloads::flash2_triton_bwd", mutates_args=())
@@ -845,6 +834,9 @@ def triton_forward(
 class FlashAttention2Triton(torch.autograd.Function):
     """``FlashAttention2Triton.apply(q, k, v, is_causal=False, atomic_dq=False)`` on ``(..., seq, d)`` tensors.
 
+    ``(batch, heads, seq, d)`` k and v may have fewer heads than q (grouped-query attention: query head ``h``
+    reads K/V head ``h // (heads // kv_heads)``, SDPA's ``enable_gqa=True``).
+
     ``atomic_dq`` picks the backward: ``False`` the default for the input
     (``resolve_bwd_mode``), ``True`` the one-kernel one with elementwise fp32
     atomics, or a name from ``BWD_MODES``. All are exact up to summation order.
@@ -859,7 +851,7 @@ class FlashAttention2Triton(torch.autograd.Function):
         ctx.save_for_backward(lse, q3, k3, v3, o)
         ctx.is_causal = is_causal
         ctx.bwd_mode = resolve_bwd_mode(q, atomic_dq)
-        ctx.shape = shape
+        ctx.shape, ctx.kv_shape = shape, k.shape
         return o.view(shape)
 
     @staticmethod
@@ -867,7 +859,7 @@ class FlashAttention2Triton(torch.autograd.Function):
         lse, q, k, v, o = ctx.saved_tensors
         do = do.reshape(q.shape)  # any strides: the backward's first kernel makes a contiguous copy if needed
         dq, dk, dv = _bwd(do, q, k, v, o, lse, ctx.is_causal, ctx.bwd_mode)
-        return dq.view(ctx.shape), dk.view(ctx.shape), dv.view(ctx.shape), None, None
+        return dq.view(ctx.shape), dk.view(ctx.kv_shape), dv.view(ctx.kv_shape), None, None
 
 
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:

@@ -63,15 +63,64 @@ def json_values(values: pd.Series) -> list:
     return [None if pd.isna(v) else str(v) for v in values.astype(object)]
 
 
+def _hover(row: dict, skip: tuple) -> str:
+    """One row's other columns as hover lines, in display units ("size (MiB): 412.000")."""
+    lines = []
+    for col, value in row.items():
+        if col in skip or value in ("", None) or (isinstance(value, (int, float)) and value < 0):
+            continue
+        title, div = display_column(col)
+        text = (
+            f"{value / div:,.3f}"
+            if isinstance(value, (int, float, np.integer, np.floating))
+            else html.escape(str(value))
+        )
+        lines.append(f"{title}: {text.replace(chr(10), '<br>  ')}")
+    return "<br>".join(lines)
+
+
+def _bands(fig: Figure, x_div: float, y_div: float) -> list[dict]:
+    """Kind "bands": one filled polygon per ``color`` value between ``bottom_bytes`` and ``y``; hover: the other columns."""
+    traces = []
+    for band, part in fig.df.groupby(fig.color, sort=True):
+        xs = json_values(part[fig.x] / x_div)
+        top, bottom = json_values(part[fig.y] / y_div), json_values(part["bottom_bytes"] / y_div)
+        row = part.iloc[0].to_dict()
+        name = _hover(row, (fig.x, fig.y, "bottom_bytes", fig.color))
+        traces.append({"type": "scatter", "mode": "lines", "x": xs + xs[::-1], "y": top + bottom[::-1], "fill": "toself",
+                       "line": {"width": 0.5}, "hoveron": "fills", "name": name, "showlegend": False,
+                       **({"fillcolor": "rgba(150,150,150,0.5)", "line": {"width": 0}} if band == 0 else {})})  # fmt: skip
+    return traces
+
+
+def _blocks(fig: Figure, x_div: float) -> list[dict]:
+    """Kind "blocks": horizontal bars of length ``x`` from ``offset_bytes`` on rows ``y``, one trace per ``color``."""
+    traces = []
+    for name, part in fig.df.groupby(fig.color, sort=False, observed=True):
+        rows = part.to_dict("records")
+        traces.append({"type": "bar", "orientation": "h", "name": str(name), "y": json_values(part[fig.y]),
+                       "x": json_values(part[fig.x] / x_div), "base": json_values(part["offset_bytes"] / x_div),
+                       "text": [_hover(r, (fig.y, "offset_bytes")) for r in rows], "hovertemplate": "%{text}<extra></extra>",
+                       "textposition": "none",
+                       **({"marker": {"color": "rgba(200,200,200,0.6)"}} if name == "(segment)" else {})})  # fmt: skip
+    return traces
+
+
 def figure_json(fig: Figure) -> dict:
     """The plotly.js figure (data and layout) for one Figure spec, values scaled to display units."""
     df = fig.df
     y_title, y_div = display_column(fig.y)
-    x_title, _ = display_column(fig.x)
-    groups = [(None, df)] if fig.color is None else list(df.groupby(fig.color, sort=False, observed=True))
-    traces = []
+    x_title, x_div = display_column(fig.x)  # the axis title names a unit: its values are scaled to it
+    special = {"bands": lambda: _bands(fig, x_div, y_div), "blocks": lambda: _blocks(fig, x_div)}.get(fig.kind)
+    traces = special() if special else []
+    groups = (
+        [] if special else [(None, df)] if fig.color is None else list(df.groupby(fig.color, sort=False, observed=True))
+    )
     for name, part in groups:
-        x, y = json_values(part[fig.x]), json_values(part[fig.y] / y_div)
+        xs = part[fig.x]
+        if x_div != 1.0 and pd.api.types.is_numeric_dtype(xs) and not pd.api.types.is_bool_dtype(xs):
+            xs = xs / x_div
+        x, y = json_values(xs), json_values(part[fig.y] / y_div)
         trace = {} if name is None else {"name": str(name)}
         if fig.kind in ("bar", "stacked_bar"):
             xy = dict(x=y, y=x) if fig.orientation == "h" else dict(x=x, y=y)
@@ -85,13 +134,15 @@ def figure_json(fig: Figure) -> dict:
     layout = {
         "template": plotly_template(),
         "title": {"text": fig.title},
-        "barmode": "stack" if fig.kind == "stacked_bar" else "group",
+        "barmode": {"stacked_bar": "stack", "blocks": "overlay"}.get(fig.kind, "group"),
         "height": FIGURE_HEIGHT,
         "xaxis": {"title": {"text": axis_titles[0]}},
         "yaxis": {"title": {"text": axis_titles[1]}},
     }
-    if fig.orientation == "h":
+    if fig.orientation == "h" or fig.kind == "blocks":
         layout["yaxis"]["autorange"] = "reversed"
+    if fig.kind == "blocks":
+        layout["xaxis"]["title"]["text"] = "offset in segment" + x_title[x_title.rfind(" (") :]
     return {"data": traces, "layout": layout}
 
 

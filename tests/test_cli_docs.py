@@ -1,0 +1,53 @@
+"""The README's CLI reference: generated from ``--help`` (cog), current, and naming every option of every command."""
+
+from __future__ import annotations
+
+import re
+
+import click
+import pytest
+
+from profiler_kit.cli_reference import commands, help_sections
+from tests.conftest import ROOT
+
+README = ROOT / "README.md"
+GENERATED = re.compile(r"\]\]\] -->\n(.*?)<!-- \[\[\[end\]\]\] -->", re.S)
+
+NO_HELP_YET: set[tuple[str, str]] = set()  # every option has help text; keep it so
+
+
+def _generated() -> str:
+    found = GENERATED.findall(README.read_text())
+    assert len(found) == 1, "README.md should hold one cog block (the CLI reference)"
+    return found[0]
+
+
+def _section(name: str) -> str:
+    text = _generated()
+    start = text.index(f"#### `profiler-kit {name}`\n")
+    end = text.find("#### `profiler-kit ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def test_readme_cli_reference_is_current():
+    """What `cog -r README.md` would write (pip install -e .[test]; PYTHONPATH=. cog -r README.md)."""
+    assert _generated() == help_sections(), "README.md's CLI reference is stale: run `cog -r README.md`"
+
+
+@pytest.mark.parametrize("name", list(commands()))
+def test_every_option_of_every_command_is_documented(name):
+    cmd = commands()[name]
+    section = _section(name)
+    assert cmd.help and f"Usage: profiler-kit {name} " in section
+    for param in cmd.params:
+        if isinstance(param, click.Argument):
+            assert param.human_readable_name in section.splitlines()[3], (name, param.name)
+            continue
+        if getattr(param, "hidden", False):
+            continue
+        options = section[section.index("\nOptions:\n") :]  # an option's own line, not the examples above
+        for opt in param.opts + param.secondary_opts:
+            assert re.search(rf"^ +(\S+, )*{re.escape(opt)}([ ,/=]|$)", options, re.M), (name, opt)
+        longest = max(param.opts, key=len)
+        if not param.help:
+            assert (name, longest) in NO_HELP_YET, f"profiler-kit {name} {longest} has no help text"

@@ -1,0 +1,280 @@
+"""The FlashAttention forward for Hopper in Gluon, warp-specialized (issue 26: head dim 128).
+
+Triton's compiler gives the forward no producer warp on Hopper (Triton 3.6: ``tl.range(warp_specialize=True)``
+leaves an 8-warp kernel as it is and fails an assertion at 4 warps), so this writes FlashAttention-3's
+split out with ``gl.warp_specialize``, as ``flash_gluon_ws`` does for the d 64 backward:
+
+- a 1-warp load partition: the program's 128 query rows once, then K and V tiles of ``BLOCK_N`` keys into a
+  ``STAGES``-deep ring of shared memory (``ready`` / ``empty`` mbarriers), 24 registers;
+- two consumer warpgroups, each owning 64 of the query rows: S = Q K^T, the online softmax in registers and
+  O += P V with P from registers, for every key tile; a stage is released when both have read it. The two
+  warpgroups run independently, so one's softmax can overlap the other's products. ``OVERLAP`` issues the
+  next tile's S product before this tile's softmax (FA3's intra-warpgroup overlap), at the cost of a second S
+  tile in registers.
+
+16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
+(``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
+
+At 1x16x16384x128 bf16 on an H100 (forward only, one process): causal 1.995 ms (``n128``) against the Triton
+forward's 2.455 and SDPA's 1.920; not causal 3.965 against 4.559 and 3.559. ``OVERLAP`` (2.462), 64-key tiles
+(2.043) and 3 stages (2.165) were slower (benchmarks/README.md). d 64 is correct (GPU test) but was not timed: that
+screen's d 64 rows ran the d 128 kernel (a launch-key bug, fixed since), so the Triton forward stays there.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from workloads.triton_launch import capability, launch
+
+LOG2E = gl.constexpr(1.4426950408889634)
+LN2 = gl.constexpr(0.6931471805599453)
+ROWS = gl.constexpr(64)  # query rows a consumer warpgroup owns (two a program)
+BLOCK_M = 128
+
+# (BLOCK_N, STAGES, maxnreg, consumer regs, load regs, OVERLAP): 12 warps a program (two consumer warpgroups and
+# the load warp rounded up to a warpgroup), each allocated maxnreg registers at launch
+CONFIGS = {
+    "n128": (128, 2, 168, 240, 24, False),
+    "n128_overlap": (128, 2, 168, 240, 24, True),
+    "n128_s3": (128, 3, 168, 240, 24, False),
+    "n64": (64, 3, 168, 240, 24, False),
+    "n64_overlap": (64, 3, 168, 240, 24, True),
+}
+DEFAULT = "n128"
+HEAD_GROUP = 2  # launch order: heads in groups of this many, longest tiles of a group first
+
+
+@gluon.constexpr_function
+def _acc_layout(cols):
+    """wgmma accumulator of a (64, cols) product on one warpgroup."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, cols, 16])
+
+
+@gluon.jit
+def _tile_order(pid, num_tiles, n_bh, HEAD_GROUP: gl.constexpr):
+    """Program id -> (query tile rank, head), heads in groups (as ``flash_triton._tile_order``)."""
+    group = pid // (num_tiles * HEAD_GROUP)
+    first = group * HEAD_GROUP
+    size = gl.minimum(n_bh - first, HEAD_GROUP)
+    r = pid - first * num_tiles
+    return r // size, first + r % size
+
+
+@gluon.jit
+def _load_partition(a, STAGES: gl.constexpr):
+    """One warp: the Q tile once, then K and V tiles into the ring as the consumers free its stages."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0 + start_m, 0], q_bar, q_smem)
+    for j in range(num_n):
+        s = j % STAGES
+        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
+        mbarrier.expect(ready.index(s), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BN, 0], ready.index(s), k_smem.index(s))
+        tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BN, 0], ready.index(s), v_smem.index(s))
+
+
+@gluon.jit
+def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr):
+    """Online softmax of the scores ``s_t`` of key tile ``j``, then O += P V (waited for), the stage released."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = _acc_layout(BN)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    qk_scale = sm_scale * LOG2E
+    if MASK:  # the diagonal tile: keys after the query are masked
+        rows = start_m + C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+        cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+        s_t = gl.where(cols[None, :] <= rows[:, None], s_t, float("-inf"))
+    m_ij = gl.maximum(m_i, gl.max(s_t, 1) * qk_scale)
+    p = gl.exp2(s_t * qk_scale - m_ij[:, None])
+    alpha = gl.exp2(m_i - m_ij)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    stage = j % STAGES
+    acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(stage), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(empty.index(stage), count=1)
+    return acc, l_i, m_ij
+
+
+@gluon.jit
+def _scores(j, q_c, a, STAGES: gl.constexpr):
+    """Issue S = Q K^T for key tile ``j`` (asynchronous) once its stage has landed."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    stage = j % STAGES
+    mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+    zero = gl.zeros([ROWS, BN], gl.float32, _acc_layout(BN))
+    return warpgroup_mma(q_c, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+    """One warpgroup: O and L of query rows ``start_m + 64 C ...`` over every key tile they see."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = _acc_layout(BN)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([ROWS], gl.float32, row_layout)
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+    mbarrier.wait(q_bar, 0)
+    q_c = q_smem.slice(C * ROWS, ROWS, dim=0)
+    # causal: the last BLOCK_M // BN key tiles cross the diagonal of the program's 128 rows
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    num_full = num_n - (BM // BN) if IS_CAUSAL else num_n
+    if OVERLAP:  # the next tile's S product runs while this tile's softmax is computed
+        s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(0, q_c, a, STAGES),))
+        for j in range(num_n - 1):
+            s_next = _scores(j + 1, q_c, a, STAGES)
+            if j < num_full:
+                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, False, STAGES)
+            else:
+                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, True, STAGES)
+            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
+        acc, l_i, m_i = _softmax_pv(num_n - 1, s_t, acc, l_i, m_i, a, C, IS_CAUSAL, STAGES)
+    else:
+        for j in range(num_full):
+            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, STAGES),))
+            acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, False, STAGES)
+        if IS_CAUSAL:
+            for j in range(num_full, num_n):
+                s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, STAGES),))
+                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, True, STAGES)
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    rows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    gl.store(Out + rows.to(gl.int64)[:, None] * HEAD_DIM + cols[None, :], o.to(dtype))
+    lse = (m_i + gl.log2(l_i)) * LN2
+    lrows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=row_layout)
+    gl.store(L + lrows, lse)
+
+
+@gluon.jit
+def _flash_gluon_fwd_kernel(
+    q_desc, k_desc, v_desc, Out, L, sm_scale, N_CTX,
+    IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, OVERLAP: gl.constexpr,
+):  # fmt: skip
+    """One program per 128 query rows (two consumer warpgroups of 64); query head ``h`` reads K/V head ``h // GQA``."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(BM == 2 * ROWS)
+    gl.static_assert(BM % BN == 0)
+
+    num_m = N_CTX // BM
+    pid_m, pid_bh = _tile_order(gl.program_id(0), num_m, gl.num_programs(0) // num_m, HEAD_GROUP)
+    if IS_CAUSAL:
+        pid_m = num_m - 1 - pid_m  # longest rows first
+    start_m = pid_m * BM
+    q_row0 = pid_bh * N_CTX
+    kv_row0 = (pid_bh // GQA) * N_CTX
+    num_n = (start_m + BM) // BN if IS_CAUSAL else N_CTX // BN
+
+    q_smem = gl.allocate_shared_memory(dtype, [BM, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, HEAD_DIM], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)  # both consumers release a K/V stage
+
+    a = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+         start_m, num_n)  # fmt: skip
+    gl.warp_specialize(
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, OVERLAP)), (_consumer, (a, 1, IS_CAUSAL, STAGES, OVERLAP)),
+         (_load_partition, (a, STAGES))],
+        [4, 1], [CONSUMER_REGS, LOAD_REGS],
+    )  # fmt: skip
+
+
+def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """The inputs this kernel handles: 16-bit on Hopper, head dim 64 or 128, whole 128-row programs."""
+    bh, n, d = q.shape
+    return (
+        q.is_cuda
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and k.dtype == q.dtype
+        and d in (64, 128)
+        and n % BLOCK_M == 0
+        and all(t.data_ptr() % 16 == 0 for t in (q, k))  # TMA tiles start 16-byte aligned
+        and capability(q.device.index)[0] == 9
+    )
+
+
+@functools.cache
+def _layout(block: tuple[int, ...], dtype: torch.dtype):
+    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype]
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
+
+
+def _desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
+    flat = t.view(-1, t.shape[-1])
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _layout(block, t.dtype))
+
+
+def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GROUP):
+    """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
+    bn, stages, maxnreg, consumer_regs, load_regs, overlap = CONFIGS[config] if isinstance(config, str) else config
+    bh, n, d = q.shape
+    if n % BLOCK_M:
+        raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
+    args = (_desc(q, (BLOCK_M, d)), _desc(k, (bn, d)), _desc(v, (bn, d)), o, lse, sm_scale, n)
+    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, bool(overlap))
+    grid = (n // BLOCK_M * bh,)
+    return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
+
+
+def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEAD_GROUP):
+    """Launch: O into ``o``, the natural-log logsumexp into ``lse`` (``(batch*heads, seq)`` fp32).
+
+    Inputs as ``flash_triton.forward_kernels`` has them: contiguous ``(batch*heads, seq, d)`` q and
+    ``(batch*kv_heads, seq, d)`` k, v.
+    """
+    grid, args, consts, opts = launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group)
+    names = _flash_gluon_fwd_kernel.arg_names[len(args) :]
+    launch(_flash_gluon_fwd_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
+
+
+def compile_sm90(config=DEFAULT, n: int = 4096, d: int = 128, is_causal: bool = True, dtype=torch.bfloat16):
+    """Compile for sm_90 without a GPU (as ``flash_gluon_ws.compile_sm90``): Triton's compiled kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    q, k, v, o = (torch.empty(4, n, d, dtype=dtype) for _ in range(4))
+    lse = torch.empty(4, n, dtype=torch.float32)
+    _, args, consts, opts = launch_args(q, k, v, o, lse, 0.125, is_causal, config)
+    fn = _flash_gluon_fwd_kernel
+    names = fn.arg_names
+    const_names = names[len(args) :]
+    sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
+    constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
+    attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in ("Out", "L", "N_CTX")}
+    src = GluonASTSource(fn, sig, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})
