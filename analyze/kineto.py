@@ -180,7 +180,7 @@ def read_kineto(path: str | Path) -> Trace:
         trace.gpus = gpus
     if threads is not None:
         trace.threads = threads
-    shapes = _cpu_ops_with_shapes(path, by_cat)  # record_shapes traces only: for analyze/roofline.py
+    shapes = _cpu_ops_with_shapes(path, roles["cpu_op"])  # record_shapes traces only: for analyze/roofline.py
     if shapes is not None:
         trace.meta["cpu_ops"] = shapes
     return trace.validated()
@@ -579,13 +579,12 @@ def _meta(path: Path, doc: dict, by_cat: dict, roles: dict, main_pid: int) -> di
 
 
 # --- Operator shapes (record_shapes=True), for the per-op roofline (analyze/roofline.py) --------------------
-SHAPE_OP_CATS = ("cpu_op",)
 
 
-def _cpu_ops_with_shapes(path: Path, by_cat: dict) -> pd.DataFrame | None:
-    """cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims and input_types (JSON text,
-    as recorded: one entry per argument, [] for scalars). None when the trace was made without shapes."""
-    events = [e for e in _pick(by_cat, SHAPE_OP_CATS) if "Input Dims" in _args(e)]
+def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None:
+    """Complete cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims and input_types (JSON
+    text, as recorded: one entry per argument, [] for scalars). None when the trace was made without shapes."""
+    events = [e for e in cpu_ops if e.get("ph") == "X" and "Input Dims" in _args(e)]
     if not events:
         return None
     start, dur = _times(path, events, "cpu_op")
