@@ -129,10 +129,11 @@ def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
     ops = np.bincount(key, minlength=n)
     per = np.maximum(ops, 1)  # names with no op (categories unused here) are dropped below
     cpu, gpu, delay = (launched[c].to_numpy() for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
-    groups = [key == g for g in range(n)]  # few distinct calls: a mask each beats a groupby's sort
+    # a mask per call that launched something (a handful; the runtime names many more): beats a groupby's sort
+    groups = {g: key == g for g in np.flatnonzero(ops)}
 
     def per_group(fn, values: np.ndarray) -> np.ndarray:
-        return np.array([fn(values[m]) if ops[g] else np.nan for g, m in enumerate(groups)], dtype=float)
+        return np.array([fn(values[groups[g]]) if g in groups else np.nan for g in range(n)], dtype=float)
 
     out = pd.DataFrame(
         {
