@@ -175,6 +175,7 @@ def read_kineto(path: str | Path) -> Trace:
         meta=_meta(path, doc, by_cat, roles, main_pid) | {"layout": layout},
     )
     trace.meta["graph_id_source"] = graph_id_source
+    trace.memory_counters = _memory_counters(path, events)
     gpus, threads = _gpus(doc.get("deviceProperties")), _threads(by_cat.get(None, []))
     if gpus is not None:
         trace.gpus = gpus
@@ -184,6 +185,26 @@ def read_kineto(path: str | Path) -> Trace:
     if shapes is not None:
         trace.meta["cpu_ops"] = shapes
     return trace.validated()
+
+
+MEMORY_EVENT = "[memory]"  # profile_memory=True: an instant event per allocation and free, any category
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU; GPU allocations carry CUDA's (1) on NVIDIA and ROCm builds
+
+
+def _memory_counters(path: Path, events: list[dict]) -> pd.DataFrame:
+    """GPU allocator totals after each ``[memory]`` event, in time order (CPU allocations left out)."""
+    rows = []
+    for e in events:
+        if e.get("name") != MEMORY_EVENT:
+            continue
+        a = _args(e)
+        if _int(a.get("Device Type"), CPU_DEVICE_TYPE) == CPU_DEVICE_TYPE:
+            continue
+        time = us_to_ns(e.get("ts", 0))
+        rows.append((time, _int(a.get("Device Id")), _int(a.get("Total Allocated")), _int(a.get("Total Reserved")),
+                     _int(a.get("Bytes"), 0)))  # fmt: skip
+    df = pd.DataFrame(rows, columns=["time_ns", "device_id", "allocated_bytes", "reserved_bytes", "delta_bytes"])
+    return df.sort_values("time_ns", kind="stable")
 
 
 def _no_profiled_events(path: Path, by_cat: dict) -> None:

@@ -92,6 +92,16 @@ GPUS = {
 
 THREADS = {"pid": I64, "tid": I64, "thread_name": STR, "process_name": STR}
 
+# The allocator's running totals on one device after each allocation or free (Kineto ``[memory]``
+# events of a trace recorded with ``profile_memory=True``); delta_bytes is that event's change.
+MEMORY_COUNTERS = {
+    "time_ns": I64,
+    "device_id": I64,
+    "allocated_bytes": I64,
+    "reserved_bytes": I64,
+    "delta_bytes": I64,
+}
+
 SCHEMAS = {
     "kernels": KERNELS,
     "runtime": RUNTIME,
@@ -99,6 +109,7 @@ SCHEMAS = {
     "nvtx": NVTX_RANGES,
     "gpus": GPUS,
     "threads": THREADS,
+    "memory_counters": MEMORY_COUNTERS,
 }
 
 
@@ -163,6 +174,7 @@ class Trace:
     nvtx: pd.DataFrame = field(default_factory=lambda: empty(NVTX_RANGES))
     gpus: pd.DataFrame = field(default_factory=lambda: empty(GPUS))
     threads: pd.DataFrame = field(default_factory=lambda: empty(THREADS))
+    memory_counters: pd.DataFrame = field(default_factory=lambda: empty(MEMORY_COUNTERS))
     meta: dict = field(default_factory=dict)
 
     def validated(self) -> Trace:

@@ -195,6 +195,8 @@ def trace_section(res: TraceResult, top: int) -> Section:
         sec.sections.append(ranges_section(res, top))
     if "ranks" in t and len(t["ranks"]) > 1:
         sec.sections.append(ranks_section(res))
+    if "memory_counters" in t:
+        sec.sections.append(memory_counters_section(res))
     sec.text[1:1], sec.sections[:0] = findings_text(t), [findings_section(res.label, t)] if "findings" in t else []
     return sec
 
@@ -480,6 +482,52 @@ def label_for(path, roots) -> str:
     return path.name
 
 
+def memory_counter_tables(trace) -> dict[str, pd.DataFrame]:
+    """The allocator counters' peaks and timeline, times from the trace's first event."""
+    from analyze.memory_counters import memory_counter_timeline, summarize_memory_counters, trace_start_ns
+
+    counters = trace.memory_counters
+    start = trace_start_ns(
+        [trace.kernels, trace.runtime, trace.nvtx, counters], ["start_ns", "start_ns", "start_ns", "time_ns"]
+    )
+    return {
+        "memory_counters": summarize_memory_counters(counters, start),
+        "memory_counter_timeline": memory_counter_timeline(counters, start),
+    }
+
+
+def memory_counters_section(res: TraceResult) -> Section:
+    """GPU memory from the profiler's allocator counters: peaks per device and the totals over time."""
+    peaks = res.tables["memory_counters"]
+    text = [
+        "From the PyTorch profiler's allocator counters (`profile_memory=True`): the caching allocator's totals "
+        "after each of its allocations and frees. Times are from the trace's first event. What was allocated, "
+        "and by which code, needs a memory snapshot (`profiler-kit memory`)."
+    ]
+    for _, row in peaks.iterrows():
+        text.append(
+            f"cuda:{row['device_id']}: peak allocated {row['peak_allocated_bytes'] / 2**20:,.1f} MiB at "
+            f"{row['peak_allocated_at_ns'] / 1e6:,.3f} ms, peak reserved {row['peak_reserved_bytes'] / 2**20:,.1f} MiB "
+            f"at {row['peak_reserved_at_ns'] / 1e6:,.3f} ms ({row['events']:,} events)."
+        )
+    return Section(
+        "GPU memory (profiler counters)",
+        text=text,
+        tables=[Table("Allocator peaks per device", peaks, key=f"{res.label}_memory_counters")],
+        figures=[
+            Figure(
+                "Allocated and reserved GPU memory over time",
+                res.tables["memory_counter_timeline"],
+                "line",
+                x="time_ns",
+                y="bytes",
+                color="series",
+                key=f"{res.label}_memory_counter_timeline",
+            )
+        ],
+    )
+
+
 def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
@@ -504,6 +552,8 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None
                 raise
             skip(src.path, err)
             continue
+        if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
+            tables.update(memory_counter_tables(trace))
         ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
         is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
         pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)
