@@ -241,20 +241,33 @@ QUEUE_COLUMNS = [
 ]
 
 
-def _sorted_events(code: np.ndarray, times: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stream code, time and is-start (0 launch, 1 GPU start) of the 2n queue events, by (code, time), a
-    launch before a start at the same time. Packed into one int64 key and sorted when the bits fit (one
-    plain sort, no gathers); otherwise by ``stream_order``."""
-    t0 = int(times.min())
-    bits_t = int(times.max() - t0).bit_length()
-    bits_c = max(int(code.max()).bit_length(), 1)
-    if bits_t + bits_c + 1 <= 62:
-        key = (code.astype(np.int64) << (bits_t + 1)) | ((times - t0) << 1)
-        key[n:] |= 1
-        key.sort()
-        return key >> (bits_t + 1), ((key >> 1) & ((1 << bits_t) - 1)) + t0, key & 1
-    _, _, order = stream_order([code], times)  # the launches are first: a stable sort keeps them first at ties
-    return code[order], times[order], (order >= n).astype(np.int64)
+def _queue_stats(issued: np.ndarray, starts: np.ndarray, full_at: int) -> tuple[int, int, int, int, int]:
+    """One stream's queue from its launch times and its ops' GPU starts (``starts`` sorted): the integral
+    of the length over the span, the sum of the length after each event, the span, the time at
+    ``full_at`` ops or more, and the longest queue.
+
+    The length is a count (launches so far - starts so far), so each event's length is a rank found by
+    ``np.searchsorted`` on the two sorted arrays (a launch counted before a start at the same time):
+    no sort of the merged events, which cost more than the rest of the diagnosis.
+    """
+    if (np.diff(issued) < 0).any():  # a stream runs its ops in launch order: sorted already, but for ties
+        issued = np.sort(issued, kind="stable")
+    nth = np.arange(1, len(starts) + 1)
+    after_launch = nth - np.searchsorted(starts, issued, "left")  # each launch's rank - starts before it
+    after_start = np.searchsorted(issued, starts, "right") - nth
+    # In the gap before start j (after start j - 1) j ops have started: the queue holds full_at or more
+    # from the time launch j + full_at - 1 is issued.
+    j = np.arange(len(starts) - full_at + 1)
+    since = issued[j + full_at - 1]
+    since[1:] = np.maximum(since[1:], starts[j[1:] - 1])
+    span = int(max(issued[-1], starts[-1]) - min(issued[0], starts[0]))
+    return (
+        int((starts - issued).sum()),  # integral of the length: sum of starts - sum of launches, exactly
+        int(after_launch.sum() + after_start.sum()),
+        span,
+        int(np.maximum(starts[j] - since, 0).sum()),
+        int(after_launch.max()),
+    )
 
 
 def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGTH) -> pd.DataFrame:
@@ -270,31 +283,32 @@ def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGT
         return pd.DataFrame(columns=QUEUE_COLUMNS)
     n = len(launched)
     keys = [np.broadcast_to(launched[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
-    code, m, _ = stream_order(keys, None)  # codes per launched row
-    times = np.concatenate([launched["launch_start_ns"].to_numpy(), launched["gpu_start_ns"].to_numpy()])
-    c, t, is_start = _sorted_events(np.concatenate([code, code]), times, n)
-    length = np.cumsum(1 - 2 * is_start)  # +1 a launch, -1 a start; each stream nets to 0, so the
-    # running sum restarts at every stream
-    last = np.r_[c[1:] != c[:-1], True]
-    dur = np.where(last, 0, np.diff(t, append=t[-1]))
-    heads = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])  # first event of each stream, streams in code order
+    code, m, order = stream_order(keys, launched["gpu_start_ns"].to_numpy())
+    bounds = np.searchsorted(code[order], np.arange(m + 1))  # each stream's rows in ``order``
+    starts = launched["gpu_start_ns"].to_numpy()[order]
+    issued = launched["launch_start_ns"].to_numpy()[order]
+    stats = np.array(
+        [
+            _queue_stats(issued[a:b], starts[a:b], max_queue_length)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ],
+        dtype=np.int64,
+    ).reshape(m, 5)
+    held, events_sum, span, full, peak = stats.T
     row = np.zeros(m, dtype=np.int64)  # a launched row of each stream
     row[code[::-1]] = np.arange(n - 1, -1, -1)
-    span = np.bincount(c, weights=dur, minlength=m)
-    events = np.bincount(c, minlength=m)
+    ops = np.diff(bounds)
     out = pd.DataFrame(
         {
             "pid": keys[0][row],
             "device_id": keys[1][row],
             "stream_id": keys[2][row],
-            "ops": events // 2,
-            "max_length": np.maximum.reduceat(length, heads),
-            "mean_length": np.bincount(c, weights=length * dur, minlength=m) / np.where(span > 0, span, np.nan),
-            "event_mean_length": np.bincount(c, weights=length, minlength=m) / events,
-            "span_ns": span.astype(np.int64),
-            "full_ns": np.bincount(c, weights=np.where(length >= max_queue_length, dur, 0), minlength=m).astype(
-                np.int64
-            ),
+            "ops": ops,
+            "max_length": peak,
+            "mean_length": held / np.where(span > 0, span, np.nan),
+            "event_mean_length": events_sum / (2 * ops),
+            "span_ns": span,
+            "full_ns": full,
         }
     )
     out["full_frac"] = out["full_ns"] / out["span_ns"].where(out["span_ns"] > 0)
