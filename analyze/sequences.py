@@ -34,18 +34,16 @@ def kernel_sequences(ops: pd.DataFrame, lengths: tuple[int, ...] = (3, 5), top: 
     name = pd.Categorical(ops["name"])
     names, labels = name.codes[rows].astype(np.int64), name.categories
     dur = ops["duration_ns"].to_numpy()[rows]
-    all_ns = int(dur.sum())
+    running = np.concatenate([[0], np.cumsum(dur, dtype=np.int64)])  # GPU time of the first i kernels
+    all_ns = int(running[-1])
     rows = []
     for n in lengths:
         if len(names) < n:
             continue
         m = len(names) - n + 1
         same = stream[:m] == stream[n - 1 :]  # the window's first and last kernel on one stream
-        key = names[:m].copy()
-        total = dur[:m].astype(np.int64).copy()
-        for i in range(1, n):  # one dense id per distinct (previous key, next name) pair
-            key = pd.factorize(key * (names.max() + 1) + names[i : i + m])[0].astype(np.int64)
-            total += dur[i : i + m]
+        key = _window_ids(names, n)
+        total = running[n:] - running[:m]  # each window's GPU time
         key, total = key[same], total[same]
         first = np.flatnonzero(same)
         count = np.bincount(key)
@@ -62,3 +60,22 @@ def kernel_sequences(ops: pd.DataFrame, lengths: tuple[int, ...] = (3, 5), top: 
                 [n, seq, int(count[k]), int(time[k]), time[k] / all_ns if all_ns else np.nan, time[k] / count[k]]
             )
     return pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
+
+
+def _window_ids(names: np.ndarray, n: int) -> np.ndarray:
+    """A dense id per window of ``n`` consecutive name codes, numbered in order of first appearance.
+
+    The window's codes packed as the digits of one int64 when they fit: one hash pass over the windows
+    instead of one per added name (n - 1).
+    """
+    m = len(names) - n + 1
+    base = int(names.max()) + 1
+    if base**n < 2**63:
+        key = names[:m].copy()
+        for i in range(1, n):
+            key = key * base + names[i : i + m]
+        return pd.factorize(key)[0].astype(np.int64)
+    key = names[:m]
+    for i in range(1, n):  # one dense id per distinct (previous key, next name) pair
+        key = pd.factorize(key * base + names[i : i + m])[0].astype(np.int64)
+    return key
