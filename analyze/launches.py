@@ -62,11 +62,11 @@ def launch_table(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     matched = launches(ops[["correlation_id", "pid"]], numbered)
     rt = matched["launch_start_ns"].to_numpy()
     op_row = matched["op_row"].to_numpy()
-    start = ops["start_ns"].to_numpy()[op_row]
+    start = _at(ops["start_ns"].to_numpy(), op_row)
     launch_start = runtime["start_ns"].to_numpy()[rt]
     launch_end = runtime["end_ns"].to_numpy()[rt]
     cpu = launch_end - launch_start
-    gpu = ops["duration_ns"].to_numpy()[op_row]
+    gpu = _at(ops["duration_ns"].to_numpy(), op_row)
     names = runtime["name"]
     call = names.cat.codes.to_numpy()[rt] if isinstance(names.dtype, pd.CategoricalDtype) else None
     return pd.DataFrame(
@@ -74,10 +74,10 @@ def launch_table(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
             "op_row": op_row,
             "pid": matched["pid"].to_numpy(),
             "tid": matched["tid"].to_numpy(),
-            "device_id": ops["device_id"].to_numpy()[op_row],
-            "stream_id": ops["stream_id"].to_numpy()[op_row],
-            "correlation_id": ops["correlation_id"].to_numpy()[op_row],
-            "is_kernel": ops["is_kernel"].to_numpy(dtype=bool)[op_row],
+            "device_id": _at(ops["device_id"].to_numpy(), op_row),
+            "stream_id": _at(ops["stream_id"].to_numpy(), op_row),
+            "correlation_id": _at(ops["correlation_id"].to_numpy(), op_row),
+            "is_kernel": _at(ops["is_kernel"].to_numpy(dtype=bool), op_row),
             "launch_call": pd.Categorical.from_codes(call, names.cat.categories)
             if call is not None
             else pd.Categorical(names.to_numpy()[rt]),
@@ -91,6 +91,12 @@ def launch_table(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
         },
         copy=False,
     )
+
+
+def _at(values: np.ndarray, op_row: np.ndarray) -> np.ndarray:
+    """``values[op_row]`` for the matched ops (rows in order): the column itself when every op was matched,
+    the usual case, where the gather would copy it whole for nothing."""
+    return values if len(op_row) == len(values) else values[op_row]
 
 
 def base_call(names: pd.Series) -> pd.Series:

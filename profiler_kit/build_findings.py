@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pandas as pd
 
 from analyze.breakdown import phase_ranges
@@ -18,9 +17,10 @@ from analyze.copies import copy_bandwidth
 from analyze.findings import rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
 from analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
+from analyze.projection import distinct_values
 from analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
 from analyze.sequences import kernel_sequences
-from analyze.tables import Trace
+from analyze.tables import Trace, one_value_view
 from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
 
@@ -101,9 +101,11 @@ def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     rank = trace.meta.get("rank")
     if isinstance(rank, int) and rank >= 0:
         return comm_kernels(ops, rank=rank)
-    kernels = ops[ops["is_kernel"].to_numpy(dtype=bool)]
-    pids = np.unique(np.asarray(kernels["pid"].to_numpy()))
-    return comm_kernels(ops, rank_of_pid=rank_of_pid(kernels) if len(pids) > 1 else None)
+    is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
+    pid = ops["pid"].to_numpy()
+    if one_value_view(pid) or len(distinct_values(pid[is_kernel])) < 2:  # one process: no copy of the kernels
+        return comm_kernels(ops)
+    return comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]))
 
 
 def cross_rank_sections(results) -> list[Section]:
