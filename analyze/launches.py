@@ -104,6 +104,14 @@ def base_call(names: pd.Series) -> pd.Series:
     return names.astype(str).str.replace(r"_v\d+$", "", regex=True)
 
 
+def short_excess(launched: pd.DataFrame) -> int:
+    """The launch CPU time of the short ops (GPU time under their launch call's) beyond their GPU time, ns."""
+    if launched.empty:
+        return 0
+    short = launched["short"].to_numpy(dtype=bool)
+    return int((launched["cpu_ns"].to_numpy()[short] - launched["gpu_ns"].to_numpy()[short]).sum())
+
+
 def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
     """Per launching call: ops, launch CPU time and delay (total, mean, median, max), short ops and outliers."""
     cols = [

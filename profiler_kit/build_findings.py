@@ -16,7 +16,7 @@ from analyze.collectives import collective_instances, comm_kernels, stragglers, 
 from analyze.copies import copy_bandwidth
 from analyze.findings import rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
-from analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
+from analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
 from analyze.projection import distinct_values
 from analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
 from analyze.sequences import kernel_sequences
@@ -53,7 +53,6 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
         launched = launch_table(ops, trace.runtime)
         side_queue = pool.submit(queue_length, launched)
         idle = idle_breakdown(ops, launched)
-        short = launched[launched["short"].to_numpy(dtype=bool)] if len(launched) else launched
         out = {
             "idle": idle,
             "idle_classes": idle_totals(idle),
@@ -65,8 +64,7 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
         out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
         out |= side_ops.result()
         out["queue"] = side_queue.result()
-    excess = int((short["cpu_ns"] - short["gpu_ns"]).sum()) if len(short) else 0
-    out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": excess})
+    out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": short_excess(launched)})
     return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": out["comm_kernels"]}
 
 
