@@ -238,14 +238,13 @@ def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: in
     start = ops["start_ns"].to_numpy()
     code, n_codes, order = stream_order(keys, start)
     c, start, end, ls = code[order], start[order], ops["end_ns"].to_numpy()[order], launch_start[order]
-    same = c[1:] == c[:-1]  # op i+1 follows op i on its stream
-    prev_end = end[:-1][same]
-    gap = np.maximum(start[1:][same] - prev_end, 0)
-    host = ls[1:][same] > prev_end
-    cls = np.where(host, 0, np.where(gap < kernel_wait_ns, 1, 2))
-    slot = c[1:][same] * 3 + cls
-    gaps = np.bincount(slot, minlength=3 * n_codes)
-    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes)  # float64: exact below 2**53 ns (104 days)
+    prev_end = end[:-1]  # the gap before op i+1 of the order, which follows op i on its stream or opens one
+    gap = np.maximum(start[1:] - prev_end, 0)
+    cls = np.where(ls[1:] > prev_end, 0, np.where(gap < kernel_wait_ns, 1, 2))  # host_wait, kernel_wait, other
+    # a stream's first op has no gap: counted in one slot past the streams' (no compress of every array)
+    slot = np.where(c[1:] == c[:-1], c[1:] * 3 + cls, 3 * n_codes)
+    gaps = np.bincount(slot, minlength=3 * n_codes + 1)[:-1]
+    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes + 1)[:-1]  # float64: exact below 2**53 ns (104 days)
     kept = np.flatnonzero(gaps)
     first = np.zeros(n_codes, dtype=np.int64)  # a row of each stream, for its pid, device and stream
     first[c[::-1]] = order[::-1]
