@@ -175,6 +175,38 @@ def test_queue_length_by_hand(hand):
     assert q.loc[8, "max_length"] == 1
 
 
+def test_queue_length_matches_an_event_walk():
+    """Random streams with ties and launches after their op's start, against a walk over the merged events
+    (a launch before a start at the same time), as HTA builds its queue length series."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        start = np.sort(rng.integers(0, 2000, n))
+        launched = pd.DataFrame(
+            {
+                "pid": 1,
+                "device_id": 0,
+                "stream_id": rng.integers(0, 3, n),
+                "launch_start_ns": start - rng.integers(-20, 200, n),
+                "gpu_start_ns": start,
+            }
+        )
+        full_at = int(rng.integers(1, 6))
+        q = queue_length(launched, max_queue_length=full_at).set_index("stream_id")
+        for stream, rows in launched.groupby("stream_id"):
+            events = sorted([(t, 0) for t in rows["launch_start_ns"]] + [(t, 1) for t in rows["gpu_start_ns"]])
+            times = np.array([t for t, _ in events])
+            length = np.cumsum([1 - 2 * s for _, s in events])
+            held = np.diff(times)
+            got = q.loc[stream]
+            assert got["max_length"] == length.max()
+            assert got["span_ns"] == times[-1] - times[0]
+            assert got["event_mean_length"] == pytest.approx(length.mean())
+            assert got["full_ns"] == held[length[:-1] >= full_at].sum()
+            if got["span_ns"]:
+                assert got["mean_length"] == pytest.approx((length[:-1] * held).sum() / held.sum())
+
+
 def test_kernel_sequences_by_hand(hand):
     _, ops, _ = hand
     seq = kernel_sequences(ops, lengths=(3,))
