@@ -264,7 +264,7 @@ def _queue_stats(issued: np.ndarray, starts: np.ndarray, full_at: int) -> tuple[
     ``np.searchsorted`` on the two sorted arrays (a launch counted before a start at the same time):
     no sort of the merged events, which cost more than the rest of the diagnosis.
     """
-    if (np.diff(issued) < 0).any():  # a stream runs its ops in launch order: sorted already, but for ties
+    if (np.diff(issued) < 0).any():  # a stream runs its ops in launch order: sorted but for ties and skew
         issued = np.sort(issued, kind="stable")
     nth = np.arange(1, len(starts) + 1)
     after_launch = nth - np.searchsorted(starts, issued, "left")  # each launch's rank - starts before it
