@@ -181,6 +181,9 @@ def read_kineto(path: str | Path) -> Trace:
         trace.gpus = gpus
     if threads is not None:
         trace.threads = threads
+    shapes = _cpu_ops_with_shapes(path, roles["cpu_op"])  # record_shapes traces only: for analyze/roofline.py
+    if shapes is not None:
+        trace.meta["cpu_ops"] = shapes
     return trace.validated()
 
 
@@ -594,3 +597,26 @@ def _meta(path: Path, doc: dict, by_cat: dict, roles: dict, main_pid: int) -> di
         meta["rank"] = _int(dist.get("rank"))
         meta["world_size"] = _int(dist.get("world_size"))
     return meta
+
+
+# --- Operator shapes (record_shapes=True), for the per-op roofline (analyze/roofline.py) --------------------
+
+
+def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None:
+    """Complete cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims and input_types (JSON
+    text, as recorded: one entry per argument, [] for scalars). None when the trace was made without shapes."""
+    events = [e for e in cpu_ops if e.get("ph") == "X" and "Input Dims" in _args(e)]
+    if not events:
+        return None
+    start, dur = _times(path, events, "cpu_op")
+    return pd.DataFrame(
+        {
+            "name": [str(e.get("name", "")) for e in events],
+            "start_ns": start,
+            "end_ns": start + dur,
+            "pid": _ints(e.get("pid") for e in events),
+            "tid": _ints(e.get("tid") for e in events),
+            "input_dims": [json.dumps(_args(e).get("Input Dims")) for e in events],
+            "input_types": [json.dumps(_args(e).get("Input type")) for e in events],
+        }
+    )

@@ -14,6 +14,7 @@ import pandas as pd
 
 from analyze.breakdown import TABLES, gemm_vs_elementwise
 from analyze.range_groups import group_numbered_ranges
+from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -197,6 +198,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
         sec.sections.append(ranks_section(res))
     if "memory_counters" in t:
         sec.sections.append(memory_counters_section(res))
+    sec.text[1:1], sec.sections[:0] = findings_text(t), [findings_section(res.label, t)] if "findings" in t else []
     return sec
 
 
@@ -463,6 +465,7 @@ def build_report(
     if len(results) > 1:
         report.sections.append(comparison_section(results))
     report.sections.extend(trace_section(r, top) for r in results)
+    report.sections.extend(cross_rank_sections(results))  # profiler_kit/build_findings.py
     report.sections.extend(extra or [])
     return report
 
@@ -536,6 +539,7 @@ def analyze_source(src, label: str, cache: bool = False) -> TraceResult:
 
     trace = read_trace(src, details=False, cache=cache, runtime_later=True)
     tables = analyze_trace(trace, REPORT_TABLES)
+    tables |= diagnose(trace, tables["ops"], tables.get("categories"))  # profiler_kit/build_findings.py
     if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
         tables.update(memory_counter_tables(trace))
     ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries

@@ -1,0 +1,273 @@
+"""Where the GPU's time goes between its first and last op: compute, non-compute, idle; and why it was idle.
+
+Temporal breakdown (HTA ``get_temporal_breakdown``): per process and GPU, over the span from its first
+GPU op's start to its last op's end: busy = union of every op (kernels, memcpy, memset); compute = union
+of the kernels that are not communication; non-compute = busy - compute (memcpy/memset and communication
+not overlapped by compute); idle = span - busy. Communication hidden under compute is reported apart
+(``comm_exposed_ns`` is communication time with no compute kernel running).
+
+Idle breakdown per stream (HTA ``get_idle_time_breakdown``, its definitions): each gap between an op and
+the previous op on the same stream (start minus the previous end) is one idle interval, counted whole in
+one class:
+
+- host_wait: the runtime call that launched the op started after the previous op ended: the GPU had
+  nothing queued because the host had not issued the op yet;
+- kernel_wait: otherwise, when the gap is shorter than ``kernel_wait_ns`` (HTA: 30, in its microseconds): the back-to-back
+  launch overhead of the GPU itself;
+- other: every other gap: the op was queued but waited, on another stream (event waits), a
+  synchronization, or a copy engine.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analyze.intervals import interval_union, union_length
+from analyze.tables import one_value
+
+NON_COMPUTE_CATEGORIES = ("communication",)  # kernels that do not compute (memcpy/memset are not kernels)
+KERNEL_WAIT_NS = (
+    30_000  # HTA consecutive_kernel_delay=30 (documented as ns, compared with its microsecond times: 30 us)
+)
+IDLE_CLASSES = ("host_wait", "kernel_wait", "other")
+STEP_RANGE = re.compile(r"^(ProfilerStep#\d+|step)$")  # Kineto's steps, the workloads' NVTX "step"
+
+TEMPORAL_COLUMNS = [
+    "pid",
+    "device_id",
+    "span_ns",
+    "busy_ns",
+    "compute_ns",
+    "non_compute_ns",
+    "idle_ns",
+    "comm_ns",
+    "comm_exposed_ns",
+    "compute_frac",
+    "non_compute_frac",
+    "idle_frac",
+]
+
+
+def _overlap(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> int:
+    """Time covered by both of two sets of disjoint sorted intervals."""
+    if not len(a_s) or not len(b_s):
+        return 0
+    # each B interval against the A intervals it can touch: cumulative coverage of A evaluated at B's ends
+    cum = np.concatenate([[0], np.cumsum(a_e - a_s)])
+
+    def covered(t: np.ndarray) -> np.ndarray:  # A time before t
+        i = np.searchsorted(a_s, t, "right")  # A intervals starting at or before t
+        full = cum[np.maximum(i - 1, 0)]
+        part = np.where(i > 0, np.minimum(t, a_e[np.maximum(i - 1, 0)]) - a_s[np.maximum(i - 1, 0)], 0)
+        return full + np.maximum(part, 0)
+
+    return int((covered(b_e) - covered(b_s)).sum())
+
+
+def _breakdown(starts, ends, compute, comm, lo: int | None = None, hi: int | None = None) -> dict:
+    """The breakdown of one GPU's ops (arrays), optionally clipped to the window [lo, hi)."""
+    if lo is not None:
+        starts, ends = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
+    span = int(ends.max() - starts.min()) if lo is None else int(hi - lo)
+    busy = union_length(starts, ends)
+    c_s, c_e = interval_union(starts[compute], ends[compute])
+    m_s, m_e = interval_union(starts[comm], ends[comm])
+    comp = int((c_e - c_s).sum())
+    comm_ns = int((m_e - m_s).sum())
+    return {
+        "span_ns": span,
+        "busy_ns": busy,
+        "compute_ns": comp,
+        "non_compute_ns": busy - comp,
+        "idle_ns": span - busy,
+        "comm_ns": comm_ns,
+        "comm_exposed_ns": comm_ns - _overlap(c_s, c_e, m_s, m_e),
+    }
+
+
+def _fracs(df: pd.DataFrame) -> pd.DataFrame:
+    span = df["span_ns"].where(df["span_ns"] > 0)
+    for part in ("compute", "non_compute", "idle"):
+        df[f"{part}_frac"] = df[f"{part}_ns"] / span
+    return df
+
+
+def _masks(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
+    comm = np.asarray(ops["category"].isin(NON_COMPUTE_CATEGORIES), dtype=bool)
+    return is_kernel & ~comm, is_kernel & comm
+
+
+def temporal_breakdown(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per (pid, device_id): span, busy, compute, non-compute and idle time (TEMPORAL_COLUMNS).
+
+    ``ops`` is ``analyze.breakdown.gpu_ops(trace)`` (kernels and memcpy/memset with their category).
+    """
+    if ops.empty:
+        return pd.DataFrame(columns=TEMPORAL_COLUMNS)
+    compute, comm = _masks(ops)
+    starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    rows = []
+    for (pid, dev), idx in _groups(ops, ["pid", "device_id"]):
+        rows.append({"pid": pid, "device_id": dev, **_breakdown(starts[idx], ends[idx], compute[idx], comm[idx])})
+    return _fracs(pd.DataFrame(rows))[TEMPORAL_COLUMNS]
+
+
+def _groups(df: pd.DataFrame, keys: list[str]):
+    """(key tuple, row positions) per distinct value of ``keys`` (columns may be views of one value)."""
+    values = [np.asarray(df[k].to_numpy()) for k in keys]
+    if all(one_value(v) for v in values):
+        yield tuple(int(v[0]) for v in values), np.arange(len(df))
+        return
+    codes = pd.MultiIndex.from_arrays(values).factorize() if len(keys) > 1 else pd.factorize(values[0])
+    labels, uniques = codes
+    order = np.argsort(labels, kind="stable")
+    bounds = np.searchsorted(labels[order], np.arange(len(uniques) + 1))
+    for i, key in enumerate(uniques):
+        key = key if isinstance(key, tuple) else (key,)
+        yield tuple(int(k) for k in key), order[bounds[i] : bounds[i + 1]]
+
+
+def step_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """The CPU ranges that mark training steps (STEP_RANGE), in time order per process."""
+    names = nvtx["name"].astype(str)
+    steps = nvtx[names.str.match(STEP_RANGE).to_numpy(dtype=bool)]
+    return steps.sort_values(["pid", "start_ns"], kind="stable")
+
+
+def step_windows(steps: pd.DataFrame, launched: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    """The GPU window of each step: from the first GPU start of the ops launched while the step was open
+    (on its process) to the next step's first start; the last step ends at the last end of its ops.
+
+    Consecutive windows thus tile the GPU timeline with no overlap, however far the GPU lags the CPU.
+    Columns: pid, device_id, step (range name), start_ns, end_ns. Steps that launched nothing are left out.
+    """
+    cols = ["pid", "device_id", "step", "start_ns", "end_ns"]
+    if steps.empty or launched.empty:
+        return pd.DataFrame(columns=cols)
+    order = np.argsort(launched["launch_start_ns"].to_numpy(), kind="stable")
+    ls = launched["launch_start_ns"].to_numpy()[order]
+    lpid = launched["pid"].to_numpy()[order]
+    rows = launched["op_row"].to_numpy()[order]
+    gstart, gend = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    dev = ops["device_id"].to_numpy()
+    lo = np.searchsorted(ls, steps["start_ns"].to_numpy(), "left")
+    hi = np.searchsorted(ls, steps["end_ns"].to_numpy(), "left")
+    out = []
+    for name, pid, a, b in zip(steps["name"].astype(str), steps["pid"].to_numpy(), lo, hi, strict=True):
+        own = rows[a:b][lpid[a:b] == pid]
+        for d in np.unique(dev[own]):
+            mine = own[dev[own] == d]
+            out.append([int(pid), int(d), name, int(gstart[mine].min()), int(gend[mine].max())])
+    df = pd.DataFrame(out, columns=cols).sort_values(["pid", "device_id", "start_ns"], kind="stable")
+    nxt = df.groupby(["pid", "device_id"])["start_ns"].shift(-1, fill_value=-1).to_numpy()  # int64: no float
+    df["end_ns"] = np.where(nxt >= 0, nxt, df["end_ns"].to_numpy())
+    return df.reset_index(drop=True)
+
+
+def temporal_by_step(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """The temporal breakdown inside each step's GPU window (``step_windows``): ops clipped to it."""
+    cols = ["pid", "device_id", "step", *TEMPORAL_COLUMNS[2:]]
+    if ops.empty or windows.empty:
+        return pd.DataFrame(columns=cols)
+    compute, comm = _masks(ops)
+    starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    rows = []
+    for (pid, dev), idx in _groups(ops, ["pid", "device_id"]):
+        w = windows[(windows["pid"] == pid) & (windows["device_id"] == dev)]
+        if w.empty:
+            continue
+        order = idx[np.argsort(starts[idx], kind="stable")]
+        s = starts[order]
+        longest = int((ends[order] - s).max())
+        for step, lo, hi in zip(w["step"], w["start_ns"].to_numpy(), w["end_ns"].to_numpy(), strict=True):
+            a, b = np.searchsorted(s, lo - longest, "left"), np.searchsorted(s, hi, "left")
+            sel = order[a:b]
+            sel = sel[ends[sel] > lo]
+            if not len(sel):
+                continue
+            part = _breakdown(starts[sel], ends[sel], compute[sel], comm[sel], int(lo), int(hi))
+            rows.append({"pid": pid, "device_id": dev, "step": step, **part})
+    return _fracs(pd.DataFrame(rows, columns=cols[:3] + TEMPORAL_COLUMNS[2:9]))[cols]
+
+
+def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """One integer code per distinct row of ``keys`` (pid, device, stream), their number, and the rows in
+    order of (code, time): sorted by time first (timsort: a trace's rows come nearly in order), then stably
+    by code (a radix sort on small integers). Much faster than ``np.lexsort`` on a million rows.
+    ``times`` None: the codes only (order None)."""
+    n = len(keys[0])
+    varying = [np.asarray(k) for k in keys if not one_value(k)]
+    if not varying:
+        code, n_codes = np.zeros(n, dtype=np.int64), 1
+    elif len(varying) == 1:
+        code, uniques = pd.factorize(varying[0])
+        n_codes = len(uniques)
+    else:
+        code, uniques = pd.MultiIndex.from_arrays(varying).factorize()
+        n_codes = len(uniques)
+    if times is None:
+        return code, n_codes, None
+    by_time = np.argsort(times, kind="stable")
+    if n_codes == 1:
+        return code, n_codes, by_time
+    small = code.astype(np.int16) if n_codes < 2**15 else code
+    return code, n_codes, by_time[np.argsort(small[by_time], kind="stable")]
+
+
+IDLE_COLUMNS = ["pid", "device_id", "stream_id", "idle_class", "gaps", "idle_ns", "idle_frac"]
+
+
+def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pd.DataFrame:
+    """Per stream, the idle time between its consecutive ops by class (IDLE_CLASSES, HTA's definitions).
+
+    ``launched`` is ``analyze.launches.launch_table(ops, runtime)``: an op with no launch in the trace is
+    never host_wait. ``idle_frac`` is the class's share of the stream's idle time. Negative gaps (ops
+    overlapping on one stream, which a trace should not hold) count as 0.
+    """
+    if ops.empty:
+        return pd.DataFrame(columns=IDLE_COLUMNS)
+    n = len(ops)
+    launch_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    if len(launched):
+        launch_start[launched["op_row"].to_numpy()] = launched["launch_start_ns"].to_numpy()
+    keys = [np.broadcast_to(ops[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
+    start = ops["start_ns"].to_numpy()
+    code, n_codes, order = stream_order(keys, start)
+    c, start, end, ls = code[order], start[order], ops["end_ns"].to_numpy()[order], launch_start[order]
+    prev_end = end[:-1]  # the gap before op i+1 of the order, which follows op i on its stream or opens one
+    gap = np.maximum(start[1:] - prev_end, 0)
+    cls = np.where(ls[1:] > prev_end, 0, np.where(gap < kernel_wait_ns, 1, 2))  # host_wait, kernel_wait, other
+    # a stream's first op has no gap: counted in one slot past the streams' (no compress of every array)
+    slot = np.where(c[1:] == c[:-1], c[1:] * 3 + cls, 3 * n_codes)
+    gaps = np.bincount(slot, minlength=3 * n_codes + 1)[:-1]
+    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes + 1)[:-1]  # float64: exact below 2**53 ns (104 days)
+    kept = np.flatnonzero(gaps)
+    first = np.zeros(n_codes, dtype=np.int64)  # a row of each stream, for its pid, device and stream
+    first[c[::-1]] = order[::-1]
+    rows = first[kept // 3]
+    out = pd.DataFrame(
+        {
+            "pid": np.broadcast_to(keys[0], n)[rows],
+            "device_id": np.broadcast_to(keys[1], n)[rows],
+            "stream_id": np.broadcast_to(keys[2], n)[rows],
+            "idle_class": np.asarray(IDLE_CLASSES)[kept % 3],
+            "gaps": gaps[kept],
+            "idle_ns": idle[kept].astype(np.int64),
+        }
+    )
+    total = out.groupby(["pid", "device_id", "stream_id"])["idle_ns"].transform("sum")
+    out["idle_frac"] = out["idle_ns"] / total.where(total > 0)
+    return out.sort_values(["pid", "device_id", "stream_id"], kind="stable").reset_index(drop=True)[IDLE_COLUMNS]
+
+
+def idle_totals(idle: pd.DataFrame) -> pd.DataFrame:
+    """Idle time per class summed over streams: idle_class, gaps, idle_ns, idle_frac (of all stream idle)."""
+    g = idle.groupby("idle_class", sort=False)
+    out = pd.DataFrame({"gaps": g["gaps"].sum(), "idle_ns": g["idle_ns"].sum()}).reindex(IDLE_CLASSES, fill_value=0)
+    total = out["idle_ns"].sum()
+    out["idle_frac"] = out["idle_ns"] / total if total else np.nan
+    return out.rename_axis("idle_class").reset_index()

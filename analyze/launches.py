@@ -1,0 +1,329 @@
+"""Launch statistics: how long the host takes to launch each GPU op, and how long the op waits after it.
+
+Definitions follow Holistic Trace Analysis (HTA 0.5.0, ``CudaKernelAnalysis.cuda_kernel_launch_stats``):
+the launch delay of an op is its GPU start minus the end of the runtime call that launched it (same
+correlation id), clipped at 0; its launch CPU time is that call's duration. A short kernel runs for less
+time on the GPU than its launch call took on the CPU (HTA: "GPU events with a shorter duration than the
+corresponding CPU events"; TraceLens' short-kernel study): a stream of them keeps the GPU waiting on the
+host however fast the GPU is. Outliers use HTA's default cut-offs (launch call over 50 us, delay over 100 us).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyze.idle import stream_order
+from analyze.projection import launches
+
+# HTA's get_cuda_kernel_launch_stats looks only at these calls (nsys adds a version suffix: "_v7000").
+HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
+RUNTIME_OUTLIER_NS = 50_000  # HTA runtime_cutoff default (50 us)
+LAUNCH_DELAY_OUTLIER_NS = 100_000  # HTA launch_delay_cutoff default (100 us)
+
+LAUNCH_COLUMNS = [
+    "op_row",
+    "pid",
+    "tid",
+    "device_id",
+    "stream_id",
+    "correlation_id",
+    "is_kernel",
+    "launch_call",
+    "launch_start_ns",
+    "launch_end_ns",
+    "cpu_ns",
+    "gpu_start_ns",
+    "gpu_ns",
+    "launch_delay_ns",
+    "short",
+]
+
+
+def launch_table(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+    """One row per GPU op matched to its launching runtime call (LAUNCH_COLUMNS).
+
+    The match is ``analyze.projection.launches`` (pid and correlation id, first runtime row wins): given
+    each runtime row's number in place of its start time, it hands back the matched rows, whose name,
+    start and end are then read here. Ops with no launch in the trace are left out.
+    """
+    if ops.empty or runtime.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in LAUNCH_COLUMNS})
+    numbered = pd.DataFrame(
+        {
+            "start_ns": np.arange(len(runtime), dtype=np.int64),  # launches() gathers this: the runtime row
+            "end_ns": runtime["end_ns"].to_numpy(),
+            "pid": runtime["pid"].to_numpy(),
+            "tid": runtime["tid"].to_numpy(),
+            "correlation_id": runtime["correlation_id"].to_numpy(),
+        },
+        copy=False,
+    )
+    matched = launches(ops[["correlation_id", "pid"]], numbered)
+    rt = matched["launch_start_ns"].to_numpy()
+    op_row = matched["op_row"].to_numpy()
+    start = _at(ops["start_ns"].to_numpy(), op_row)
+    launch_start = runtime["start_ns"].to_numpy()[rt]
+    launch_end = runtime["end_ns"].to_numpy()[rt]
+    cpu = launch_end - launch_start
+    gpu = _at(ops["duration_ns"].to_numpy(), op_row)
+    names = runtime["name"]
+    call = names.cat.codes.to_numpy()[rt] if isinstance(names.dtype, pd.CategoricalDtype) else None
+    return pd.DataFrame(
+        {
+            "op_row": op_row,
+            "pid": matched["pid"].to_numpy(),
+            "tid": matched["tid"].to_numpy(),
+            "device_id": _at(ops["device_id"].to_numpy(), op_row),
+            "stream_id": _at(ops["stream_id"].to_numpy(), op_row),
+            "correlation_id": _at(ops["correlation_id"].to_numpy(), op_row),
+            "is_kernel": _at(ops["is_kernel"].to_numpy(dtype=bool), op_row),
+            "launch_call": pd.Categorical.from_codes(call, names.cat.categories)
+            if call is not None
+            else pd.Categorical(names.to_numpy()[rt]),
+            "launch_start_ns": launch_start,
+            "launch_end_ns": launch_end,
+            "cpu_ns": cpu,
+            "gpu_start_ns": start,
+            "gpu_ns": gpu,
+            "launch_delay_ns": np.maximum(start - launch_end, 0),
+            "short": gpu < cpu,
+        },
+        copy=False,
+    )
+
+
+def _at(values: np.ndarray, op_row: np.ndarray) -> np.ndarray:
+    """``values[op_row]`` for the matched ops (rows in order): the column itself when every op was matched,
+    the usual case, where the gather would copy it whole for nothing."""
+    return values if len(op_row) == len(values) else values[op_row]
+
+
+def base_call(names: pd.Series) -> pd.Series:
+    """Runtime call names without nsys' version suffix ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel")."""
+    return names.astype(str).str.replace(r"_v\d+$", "", regex=True)
+
+
+def short_excess(launched: pd.DataFrame) -> int:
+    """The launch CPU time of the short ops (GPU time under their launch call's) beyond their GPU time, ns."""
+    if launched.empty:
+        return 0
+    short = launched["short"].to_numpy(dtype=bool)
+    return int((launched["cpu_ns"].to_numpy()[short] - launched["gpu_ns"].to_numpy()[short]).sum())
+
+
+def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
+    """Per launching call: ops, launch CPU time and delay (total, mean, median, max), short ops and outliers."""
+    cols = [
+        "launch_call",
+        "ops",
+        "cpu_total_ns",
+        "cpu_mean_ns",
+        "cpu_median_ns",
+        "gpu_total_ns",
+        "delay_mean_ns",
+        "delay_median_ns",
+        "delay_max_ns",
+        "short_ops",
+        "short_frac",
+        "cpu_outliers",
+        "delay_outliers",
+    ]
+    if launched.empty:
+        return pd.DataFrame(columns=cols)
+    calls = pd.Categorical(launched["launch_call"])
+    names = base_call(pd.Series(calls.categories))  # per distinct name, not per row
+    group, labels = pd.factorize(names)
+    key = group[calls.codes]
+    n = len(labels)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(key, weights=values, minlength=n)
+
+    ops = np.bincount(key, minlength=n)
+    per = np.maximum(ops, 1)  # names with no op (categories unused here) are dropped below
+    cpu, gpu, delay = (launched[c].to_numpy() for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
+    # a mask per call that launched something (a handful; the runtime names many more): beats a groupby's sort
+    groups = {g: key == g for g in np.flatnonzero(ops)}
+
+    def per_group(fn, values: np.ndarray) -> np.ndarray:
+        return np.array([fn(values[groups[g]]) if g in groups else np.nan for g in range(n)], dtype=float)
+
+    out = pd.DataFrame(
+        {
+            "launch_call": labels,
+            "ops": ops,
+            "cpu_total_ns": total(cpu).astype(np.int64),
+            "cpu_mean_ns": total(cpu) / per,
+            "cpu_median_ns": per_group(np.median, cpu),
+            "gpu_total_ns": total(gpu).astype(np.int64),
+            "delay_mean_ns": total(delay) / per,
+            "delay_median_ns": per_group(np.median, delay),
+            "delay_max_ns": per_group(np.max, delay),
+            "short_ops": np.bincount(key[launched["short"].to_numpy(dtype=bool)], minlength=n),
+            "cpu_outliers": np.bincount(key[cpu > RUNTIME_OUTLIER_NS], minlength=n),
+            "delay_outliers": np.bincount(key[delay > LAUNCH_DELAY_OUTLIER_NS], minlength=n),
+        }
+    )
+    out = out[out["ops"] > 0]
+    out["short_frac"] = out["short_ops"] / out["ops"]
+    return out.sort_values("cpu_total_ns", ascending=False, kind="stable")[cols].reset_index(drop=True)
+
+
+# A phase is launch-bound when its launch calls keep the CPU busier than its ops keep the GPU
+# (LAUNCH_BOUND_RATIO), or when most of its ops are shorter than their launch (SHORT_KERNEL_FRAC) and the
+# GPU starts them about as soon as they are launched (median delay under SHALLOW_QUEUE_NS: no queue to
+# hide the launch cost behind). With a deep queue short ops cost nothing: the GPU is the bottleneck.
+LAUNCH_BOUND_RATIO = 1.0
+SHORT_KERNEL_FRAC = 0.5
+SHALLOW_QUEUE_NS = 10_000
+
+
+def launch_phases(launched: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+    """Per phase name (forward, backward, ProfilerStep#N...): the ops launched while it was open, on its process.
+
+    Columns: phase, instances, ops, cpu_launch_ns (launch calls' time), gpu_ns (the ops' GPU time),
+    short_frac, delay_median_ns, launch_over_gpu (cpu_launch_ns / gpu_ns) and verdict ("launch-bound"
+    by the rule above LAUNCH_BOUND_RATIO, else "GPU-bound"; "no ops" when it launched none).
+    """
+    cols = [
+        "phase",
+        "instances",
+        "ops",
+        "cpu_launch_ns",
+        "gpu_ns",
+        "short_frac",
+        "delay_median_ns",
+        "launch_over_gpu",
+        "verdict",
+    ]
+    if launched.empty or phases.empty:
+        return pd.DataFrame(columns=cols)
+    order = np.argsort(launched["launch_start_ns"].to_numpy(), kind="stable")
+    ls = launched["launch_start_ns"].to_numpy()[order]
+    lpid = launched["pid"].to_numpy()[order]
+    cpu, gpu = launched["cpu_ns"].to_numpy()[order], launched["gpu_ns"].to_numpy()[order]
+    short, delay = launched["short"].to_numpy(dtype=bool)[order], launched["launch_delay_ns"].to_numpy()[order]
+    lo = np.searchsorted(ls, phases["start_ns"].to_numpy(), "left")
+    hi = np.searchsorted(ls, phases["end_ns"].to_numpy(), "left")
+    acc: dict[str, list] = {}
+    names = phases["name"].astype(str).str.replace(r"#\d+$", "#N", regex=True)  # ProfilerStep#3 -> ProfilerStep#N
+    for name, pid, a, b in zip(names, phases["pid"].to_numpy(), lo, hi, strict=True):
+        own = np.flatnonzero(lpid[a:b] == pid) + a
+        row = acc.setdefault(name, [0, []])
+        row[0] += 1
+        row[1].append(own)
+    rows = []
+    for name, (instances, parts) in acc.items():
+        idx = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        c, g = int(cpu[idx].sum()), int(gpu[idx].sum())
+        kern = len(idx)
+        short_frac = float(short[idx].mean()) if kern else np.nan
+        ratio = c / g if g else np.nan
+        delay_median = float(np.median(delay[idx])) if kern else np.nan
+        shallow = short_frac >= SHORT_KERNEL_FRAC and delay_median < SHALLOW_QUEUE_NS
+        bound = kern > 0 and ((g > 0 and ratio >= LAUNCH_BOUND_RATIO) or shallow)
+        rows.append(
+            {
+                "phase": name,
+                "instances": instances,
+                "ops": kern,
+                "cpu_launch_ns": c,
+                "gpu_ns": g,
+                "short_frac": short_frac,
+                "delay_median_ns": delay_median,
+                "launch_over_gpu": ratio,
+                "verdict": ("launch-bound" if bound else "GPU-bound") if kern else "no ops",
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+HTA_QUEUE_CALLS = (*HTA_LAUNCH_CALLS, "cuLaunchKernel", "hipLaunchKernel", "hipExtModuleLaunchKernel")
+MAX_QUEUE_LENGTH = 1024  # the CUDA launch queue depth HTA's get_time_spent_blocked_on_full_queue is given
+QUEUE_COLUMNS = [
+    "pid",
+    "device_id",
+    "stream_id",
+    "ops",
+    "max_length",
+    "mean_length",
+    "event_mean_length",
+    "span_ns",
+    "full_ns",
+    "full_frac",
+]
+
+
+def _queue_stats(issued: np.ndarray, starts: np.ndarray, full_at: int) -> tuple[int, int, int, int, int]:
+    """One stream's queue from its launch times and its ops' GPU starts (``starts`` sorted): the integral
+    of the length over the span, the sum of the length after each event, the span, the time at
+    ``full_at`` ops or more, and the longest queue.
+
+    The length is a count (launches so far - starts so far), so each event's length is a rank found by
+    ``np.searchsorted`` on the two sorted arrays (a launch counted before a start at the same time):
+    no sort of the merged events, which cost more than the rest of the diagnosis.
+    """
+    if (np.diff(issued) < 0).any():  # a stream runs its ops in launch order: sorted but for ties and skew
+        issued = np.sort(issued, kind="stable")
+    nth = np.arange(1, len(starts) + 1)
+    after_launch = nth - np.searchsorted(starts, issued, "left")  # each launch's rank - starts before it
+    after_start = np.searchsorted(issued, starts, "right") - nth
+    # In the gap before start j (after start j - 1) j ops have started: the queue holds full_at or more
+    # from the time launch j + full_at - 1 is issued.
+    j = np.arange(len(starts) - full_at + 1)
+    since = issued[j + full_at - 1]
+    since[1:] = np.maximum(since[1:], starts[j[1:] - 1])
+    span = int(max(issued[-1], starts[-1]) - min(issued[0], starts[0]))
+    return (
+        int((starts - issued).sum()),  # integral of the length: sum of starts - sum of launches, exactly
+        int(after_launch.sum() + after_start.sum()),
+        span,
+        int(np.maximum(starts[j] - since, 0).sum()),
+        int(after_launch.max()),
+    )
+
+
+def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGTH) -> pd.DataFrame:
+    """Per stream, the ops launched and not yet started over time (HTA ``get_queue_length_time_series``).
+
+    Each launch call's start adds one to its op's stream queue, the op's GPU start takes it off (HTA's
+    definition: the queue holds what the host has issued and the GPU has not begun). ``mean_length`` is
+    weighted by time, ``event_mean_length`` is the mean over change points (HTA's summary ``describe()``),
+    ``full_ns`` the time the queue held ``max_queue_length`` ops or more (HTA's blocked-on-full-queue time:
+    the host's next launch call then blocks) and ``full_frac`` its share of the stream's queue span.
+    """
+    if launched.empty:
+        return pd.DataFrame(columns=QUEUE_COLUMNS)
+    n = len(launched)
+    keys = [np.broadcast_to(launched[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
+    code, m, order = stream_order(keys, launched["gpu_start_ns"].to_numpy())
+    bounds = np.searchsorted(code[order], np.arange(m + 1))  # each stream's rows in ``order``
+    starts = launched["gpu_start_ns"].to_numpy()[order]
+    issued = launched["launch_start_ns"].to_numpy()[order]
+    stats = np.array(
+        [
+            _queue_stats(issued[a:b], starts[a:b], max_queue_length)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ],
+        dtype=np.int64,
+    ).reshape(m, 5)
+    held, events_sum, span, full, peak = stats.T
+    row = np.zeros(m, dtype=np.int64)  # a launched row of each stream
+    row[code[::-1]] = np.arange(n - 1, -1, -1)
+    ops = np.diff(bounds)
+    out = pd.DataFrame(
+        {
+            "pid": keys[0][row],
+            "device_id": keys[1][row],
+            "stream_id": keys[2][row],
+            "ops": ops,
+            "max_length": peak,
+            "mean_length": held / np.where(span > 0, span, np.nan),
+            "event_mean_length": events_sum / (2 * ops),
+            "span_ns": span,
+            "full_ns": full,
+        }
+    )
+    out["full_frac"] = out["full_ns"] / out["span_ns"].where(out["span_ns"] > 0)
+    return out.sort_values("ops", ascending=False, kind="stable").reset_index(drop=True)[QUEUE_COLUMNS]

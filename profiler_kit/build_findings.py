@@ -1,0 +1,200 @@
+"""The "why is it slow" part of each trace's report section: ranked findings, then the tables behind them.
+
+``diagnose`` runs the analyses (analyze.idle, analyze.launches, analyze.copies, analyze.findings) on one
+trace's normalized tables and returns their tables by name; ``findings_text`` and ``findings_section``
+word and lay them out. No number is computed here.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+
+from analyze.breakdown import phase_ranges
+from analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
+from analyze.copies import copy_bandwidth
+from analyze.findings import rank_findings
+from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
+from analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
+from analyze.projection import distinct_values
+from analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
+from analyze.sequences import kernel_sequences
+from analyze.tables import Trace, one_value_view
+from profiler_kit.render.units import compact_name
+from profiler_kit.report import Section, Table
+
+DIAGNOSIS_TABLES = (
+    "findings",
+    "temporal",
+    "temporal_steps",
+    "idle",
+    "idle_classes",
+    "launch_calls",
+    "launch_phases",
+    "copies",
+    "queue",
+    "sequences",
+    "collectives",
+    "stragglers",
+    "roofline",
+)
+
+
+def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``.
+
+    A second thread takes the analyses that need only the ops (sequences, temporal breakdown, collectives),
+    then the queue length, while this one matches the launches and summarizes them: numpy releases the GIL
+    in its sorts and reductions, so with a core free the two halves overlap.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        side_ops = pool.submit(_op_analyses, trace, ops)
+        launched = launch_table(ops, trace.runtime)
+        side_queue = pool.submit(queue_length, launched)
+        idle = idle_breakdown(ops, launched)
+        out = {
+            "idle": idle,
+            "idle_classes": idle_totals(idle),
+            "launch_calls": summarize_launches(launched),
+            "launch_phases": launch_phases(launched, phase_ranges(trace.nvtx)),
+            "copies": copy_bandwidth(trace.memops),
+            "roofline": roofline(trace, ops),
+        }
+        out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
+        out |= side_ops.result()
+        out["queue"] = side_queue.result()
+    out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": short_excess(launched)})
+    return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": out["comm_kernels"]}
+
+
+def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The analyses that need the GPU ops only (no launch matching)."""
+    comm = trace_comm_kernels(trace, ops)
+    instances = collective_instances(comm)
+    return {
+        "temporal": temporal_breakdown(ops),
+        "sequences": kernel_sequences(ops),
+        "comm_kernels": comm,
+        "collectives": summarize_collectives(instances),
+        "stragglers": stragglers(instances),
+    }
+
+
+def roofline(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """The per-op roofline when the trace recorded shapes (Kineto record_shapes=True), else no rows."""
+    cpu = trace.meta.get("cpu_ops")
+    if cpu is None:
+        return pd.DataFrame(columns=ROOFLINE_COLUMNS)
+    names = trace.gpus["name"].astype(str).tolist()
+    peaks = gpu_peaks(names[0]) if names else None
+    return summarize_roofline(cpu, op_gpu_time(cpu, trace.runtime, ops), peaks)
+
+
+def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """The trace's communication kernels with their rank: Kineto's own rank (distributedInfo.rank) when
+    the trace has one, else the processes numbered as ``analyze.ranks.rank_of_pid`` numbers them."""
+    from analyze.ranks import rank_of_pid
+
+    rank = trace.meta.get("rank")
+    if isinstance(rank, int) and rank >= 0:
+        return comm_kernels(ops, rank=rank)
+    is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
+    pid = ops["pid"].to_numpy()
+    if one_value_view(pid) or len(distinct_values(pid[is_kernel])) < 2:  # one process: no copy of the kernels
+        return comm_kernels(ops)
+    return comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]))
+
+
+def cross_rank_sections(results) -> list[Section]:
+    """Traces that are ranks of one run (Kineto files each with its distributedInfo.rank): communication per
+    rank, collective skew and stragglers across the files. [] unless two ranks or more are present."""
+    ranked = [r for r in results if isinstance(r.meta.get("rank"), int) and "comm_kernels" in r.tables]
+    if len({r.meta["rank"] for r in ranked}) < 2:
+        return []
+    per_rank = pd.concat(
+        [r.tables["temporal"].assign(rank=r.meta["rank"], trace=r.label) for r in ranked], ignore_index=True
+    )
+    per_rank["comm_hidden_frac"] = 1 - per_rank["comm_exposed_ns"] / per_rank["comm_ns"].where(per_rank["comm_ns"] > 0)
+    instances = collective_instances(pd.concat([r.tables["comm_kernels"] for r in ranked], ignore_index=True))
+    cols = ["rank", "trace", "span_ns", "compute_ns", "idle_ns", "comm_ns", "comm_exposed_ns", "comm_hidden_frac"]
+    sec = Section(
+        "Communication across ranks",
+        text=[
+            f"{len(ranked)} traces carry their rank (Kineto distributedInfo.rank). The k-th collective kernel of one "
+            "name on each rank is one collective instance; skew = last arrival - first, wait = time ranks spent "
+            "in the kernel before the last rank arrived (analyze/collectives.py)."
+        ],
+        tables=[Table("Communication per rank", per_rank.sort_values("rank")[cols], key="ranks_communication")],
+    )
+    if len(instances):
+        sec.tables.append(Table("Collectives by name", summarize_collectives(instances), key="ranks_collectives"))
+        sec.tables.append(Table("Ranks the others waited for", stragglers(instances), key="ranks_stragglers"))
+    return [sec]
+
+
+def findings_text(tables: dict[str, pd.DataFrame]) -> list[str]:
+    """One line per finding, costliest first (none when the trace was not diagnosed)."""
+    f = tables.get("findings")
+    if f is None:
+        return []
+    if f.empty:
+        return ["Findings: none of the checks in analyze/findings.py FINDINGS reached its threshold."]
+    return [
+        f"Finding {int(r['rank'])}: {r['finding']}: {r['cost_ns'] / 1e6:.3f} ms, {100 * r['share_frac']:.1f}% of "
+        f"the GPU span ({r['detail']}). Usual fix: {r['fix']}."
+        for _, r in f.iterrows()
+    ]
+
+
+NOTES = {
+    "findings": "Ranked by measured cost; thresholds (share of the GPU span) in analyze/findings.py FINDINGS.",
+    "temporal": "Per process and GPU over its first-to-last op span (HTA temporal breakdown): compute = kernels "
+    "other than communication; non-compute = memcpy/memset and communication not under compute.",
+    "temporal_steps": "Each step's GPU window: from the first op it launched to the next step's first op.",
+    "idle": "Gaps between consecutive ops of a stream (HTA idle time breakdown): host_wait = launched after the "
+    "previous op ended; kernel_wait = gap under 30 us; other = queued but waiting (other stream, sync).",
+    "idle_classes": "Idle time per class, summed over streams.",
+    "launch_calls": "Launch delay = GPU start - end of the launching call (clipped at 0); short = GPU time under "
+    "the call's CPU time; outliers: call > 50 us, delay > 100 us (HTA defaults).",
+    "launch_phases": "Ops launched while each phase range was open; launch-bound when launch CPU time >= GPU time, "
+    "or most ops are short and start within 10 us of their launch.",
+    "copies": "Bandwidth while copying (bytes / copy time); ceiling = best single copy of >= 1 MiB in this trace.",
+    "queue": "Ops launched and not yet started per stream (HTA queue length); full = time at >= 1024 queued ops, "
+    "when the host's next launch blocks.",
+    "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates.",
+    "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
+    "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
+    "stragglers": "How often each rank entered a collective last, and the others' wait then.",
+    "roofline": "Ops with recorded shapes (innermost with a formula); FLOPs as torch.utils.flop_counter, bytes = "
+    "inputs + output once; peaks from analyze/roofline.py GPU_PEAKS (dense datasheet figures).",
+}
+TITLES = {
+    "findings": "Findings",
+    "temporal": "Temporal breakdown per GPU",
+    "temporal_steps": "Temporal breakdown per step",
+    "idle": "Idle time per stream",
+    "idle_classes": "Idle time by cause",
+    "launch_calls": "Launch statistics per launching call",
+    "launch_phases": "Launch-bound verdict per phase",
+    "copies": "Memcpy bandwidth per kind",
+    "queue": "Launch queue length per stream",
+    "sequences": "Repeating kernel sequences",
+    "collectives": "Collective skew by name",
+    "stragglers": "Ranks the others waited for",
+    "roofline": "Per-op roofline",
+}
+
+
+def findings_section(label: str, tables: dict[str, pd.DataFrame]) -> Section:
+    """The tables behind the findings, each keyed for CSV/JSON output."""
+    sec = Section("Why is it slow")
+    for name in DIAGNOSIS_TABLES:
+        df = tables.get(name)
+        if df is not None and len(df):
+            if name == "sequences":  # kernel names shortened for reading; the full ones stay in the table data
+                df = df.assign(
+                    sequence=[" -> ".join(compact_name(k, 40) for k in s.split(" -> ")) for s in df["sequence"]]
+                )
+            sec.tables.append(Table(TITLES[name], df, note=NOTES[name], key=f"{label}_{name}"))
+    return sec
