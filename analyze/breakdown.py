@@ -15,21 +15,23 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analyze.api import summarize_api
-from analyze.intervals import union_length
-from analyze.memops import summarize_memops
-from analyze.projection import (
+from analyze.arrays import (
     count_distinct,
     distinct_values,
     first_appearance_codes,
-    launches,
     positions,
+    smallest_int,
+    sum_by,
+    take_rows,
+)
+from analyze.intervals import union_length
+from analyze.memops import summarize_memops
+from analyze.projection import (
+    launches,
     project_nvtx,
     range_label,
     range_label_codes,
-    smallest_int,
-    sum_by,
     summarize_projection,
-    take_rows,
 )
 from analyze.stats import group_stats
 from analyze.tables import Trace, one_value, one_value_view

@@ -484,8 +484,8 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None
     ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
     (``analyze.sources.READ_ERRORS``); without it the first such error is raised.
     """
+    from analyze.arrays import distinct_values
     from analyze.breakdown import analyze_trace
-    from analyze.projection import distinct_values
     from analyze.ranks import summarize_rank_time
     from analyze.sources import READ_ERRORS, read_trace
     from analyze.tables import one_value_view
