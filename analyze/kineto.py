@@ -320,7 +320,7 @@ def us_to_ns(value) -> int:
     return int((Decimal(value) * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
-def _times(path: Path, events: list[dict], cat: str) -> tuple[np.ndarray, np.ndarray]:
+def _event_times(path: Path, events: list[dict], cat: str) -> tuple[np.ndarray, np.ndarray]:
     """start_ns and duration_ns of complete events; a missing dur counts as 0."""
     try:
         start = np.fromiter((us_to_ns(e["ts"]) for e in events), dtype=np.int64, count=len(events))
@@ -366,7 +366,7 @@ def _kernels(
     path: Path, events: list[dict], launch_pid: dict, main_pid: int, graph_launches: set
 ) -> tuple[pd.DataFrame, str | None]:
     """Kernel rows, and where their graph ids came from (``_graph_ids``)."""
-    start, dur = _times(path, events, "kernel")
+    start, dur = _event_times(path, events, "kernel")
     args = [_args(e) for e in events]
     corr = _ints(a.get("correlation") for a in args)
     graph_id, source = _graph_ids(args, corr, graph_launches)
@@ -412,7 +412,7 @@ def _graph_ids(args: list[dict], corr: list[int], graph_launches: set) -> tuple[
 
 
 def _runtime(path: Path, events: list[dict]) -> pd.DataFrame:
-    start, dur = _times(path, events, "runtime")
+    start, dur = _event_times(path, events, "runtime")
     columns = {
         "name": [str(e.get("name", "")) for e in events],
         "pid": _ints(e.get("pid") for e in events),
@@ -441,7 +441,7 @@ def memop_name(kineto_name: str, kind: str) -> str:
 def _memops(path: Path, copies: list[dict], sets: list[dict], launch_pid: dict, main_pid: int) -> pd.DataFrame:
     events = copies + sets
     kinds = ["memcpy"] * len(copies) + ["memset"] * len(sets)
-    start, dur = _times(path, events, "memcpy/memset")
+    start, dur = _event_times(path, events, "memcpy/memset")
     args = [_args(e) for e in events]
     corr = _ints(a.get("correlation") for a in args)
     columns = {
@@ -467,7 +467,7 @@ def _range_events(roles: dict) -> list[dict]:
 
 def _ranges(path: Path, roles: dict) -> pd.DataFrame:
     events = _range_events(roles)
-    start, dur = _times(path, events, "user_annotation")
+    start, dur = _event_times(path, events, "user_annotation")
     tids = _ints(e.get("tid") for e in events)
     df = _frame(
         {
