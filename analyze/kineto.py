@@ -1,8 +1,9 @@
 """Reader for PyTorch profiler (Kineto) Chrome-trace JSON, ``.json`` or ``.json.gz``.
 
 ``torch.profiler.profile(...).export_chrome_trace(path)`` writes one file per
-rank (FACTS.md §4). Only this module knows that format: microsecond ``ts``/``dur``,
-event categories, ``args`` keys. It returns the same normalized tables as the
+rank (Chrome trace JSON, as Perfetto and Holistic Trace Analysis read it). Only
+this module knows that format: microsecond ``ts``/``dur``, event categories,
+``args`` keys. It returns the same normalized tables as the
 nsys reader, so the taxonomy, projection and reports treat both sources alike.
 
 Format facts this reader relies on, checked against traces from PyTorch 1.8

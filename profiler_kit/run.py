@@ -32,10 +32,10 @@ when there is neither.
 
 Backend ``none`` only times (run.json without a trace). ``auto`` picks nsys
 when it is installed and can trace this machine (CPU-only runs, or a CUDA probe
-that records kernels), else torch. FACTS.md §3: Debian's split nsys install
-leaves a ``.qdstrm`` that QdstrmImporter turns into a report; nsys 2022.4 on a
-CUDA 13 driver "runs" but records no kernels, which is an error here, not an
-empty profile.
+that records kernels), else torch. Debian's split nsys install (its
+nsight-systems 2022.4 package) leaves a ``.qdstrm`` that QdstrmImporter turns
+into a report; nsys 2022.4 on a CUDA 13 driver "runs" but records no kernels,
+which is an error here, not an empty profile.
 """
 
 from __future__ import annotations
