@@ -13,6 +13,7 @@ import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -37,9 +38,11 @@ from analyze.nsys_schema import (
     adbc_sqlite,
     fetch_arrow,
     fetch_integers,
-    take_prefetched,
 )
 from analyze.tables import KERNELS, Trace, one_value, with_columns
+
+if TYPE_CHECKING:
+    from analyze.nsys_prefetch import Prefetch
 
 SUPPORTED_SCHEMA_MAJOR = (2, 3)
 
@@ -119,9 +122,10 @@ def with_unread_columns(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
 class Export(Catalog):
     """An open nsys export: its catalogue (``Catalog``) and reads of its tables into DataFrames."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, prefetched: Prefetch | None = None):
         super().__init__(path)
         self.pool: ThreadPoolExecutor | None = None
+        self.prefetched = prefetched  # reads started before pandas was imported (``analyze.nsys_prefetch``)
 
     def select(
         self,
@@ -148,7 +152,7 @@ class Export(Catalog):
         Arrow batches, several times faster than building Python tuples), else through sqlite3.
         """
         try:
-            early = take_prefetched(read)
+            early = self.prefetched.take(read) if self.prefetched is not None else None
             got = early.result() if early is not None else fetch_integers(read)
         except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
             raise self.corrupt(err) from None
@@ -628,7 +632,9 @@ def read_threads(exp: Export, strings: pd.Series) -> pd.DataFrame | None:
     return df
 
 
-def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool = False) -> Trace:
+def read_nsys_sqlite(
+    path: str | Path, details: bool = True, runtime_later: bool = False, prefetched: Prefetch | None = None
+) -> Trace:
     """Read one nsys SQLite export into normalized tables.
 
     Absent tables (no kernels ran, no GPU, no NVTX) give empty tables, not errors.
@@ -642,9 +648,10 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
 
     ``runtime_later=True`` returns before the runtime table (the biggest) is read when it is
     read on another thread (``Trace.arriving``): a report starts on the kernels meanwhile.
+    ``prefetched`` holds reads of this export started early (``analyze.nsys_prefetch.Prefetch``).
     """
     path = Path(path)
-    exp = Export(path)
+    exp = Export(path, prefetched)
     try:
         meta = read_metadata(exp)
         version = check_schema_version(path, meta)

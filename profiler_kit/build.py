@@ -477,12 +477,13 @@ def label_for(path, roots) -> str:
     return path.name
 
 
-def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None) -> list[TraceResult]:
+def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None, prefetched=None) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
     ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
     ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
-    (``analyze.sources.READ_ERRORS``); without it the first such error is raised.
+    (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``prefetched``: reads started
+    early (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their export.
     """
     from analyze.arrays import distinct_values
     from analyze.breakdown import analyze_trace
@@ -493,7 +494,7 @@ def analyze_sources(sources, roots, on_each=None, cache: bool = False, skip=None
     results = []
     for src in sources:
         try:
-            trace = read_trace(src, details=False, cache=cache, runtime_later=True)
+            trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
             tables = analyze_trace(trace, REPORT_TABLES)
         except READ_ERRORS as err:
             if skip is None:

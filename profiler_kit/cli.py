@@ -363,11 +363,13 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
+    prefetched = None
     if len(paths) == 1:  # one big export: its reading starts now, beside the imports below
         with importing():  # the early read imports numpy before it forks its reader
+            from analyze.nsys_prefetch import Prefetch
             from analyze.trace_cache import prefetch_uncached
 
-            prefetch_uncached(Path(paths[0]), cache=not no_cache)
+            prefetched = prefetch_uncached(Path(paths[0]), Prefetch(), cache=not no_cache)
     with importing():
         from analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report
@@ -383,7 +385,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict):
     if not traces and not snapshots and not skips.skipped:
         raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
     with progress(traces, "Analysing") as bar:
-        results = analyze_sources(bar, paths, cache=not no_cache, skip=skips)
+        results = analyze_sources(bar, paths, cache=not no_cache, skip=skips, prefetched=prefetched)
     loaded = []
     if snapshots:
         from profiler_kit.build_memory import load_snapshots, memory_sections
