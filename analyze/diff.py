@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyze.arrays import positions, sum_by
 from analyze.breakdown import PROJECTED_COLUMNS, gemm_vs_elementwise, range_name_codes, summarize_ranges
 from analyze.errors import InputError
-from analyze.projection import positions, project_nvtx, range_label_codes, sum_by
+from analyze.projection import project_nvtx, range_label_codes
 from analyze.taxonomy import CATEGORIES
 
 # Ranges that are one training step each: "step", "train_step 3", "ProfilerStep#12", "iteration 4".

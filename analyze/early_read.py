@@ -68,7 +68,7 @@ def start(reads: list[IntegerRead]) -> dict[IntegerRead, EarlyRead]:
 
 
 class EarlyRead:
-    """One table's early read, as ``nsys_schema.take_prefetched`` hands it to the reader."""
+    """One table's early read, as ``nsys_prefetch.Prefetch.take`` hands it to the reader."""
 
     def __init__(self, child: Child, read: IntegerRead):
         self.child, self.read = child, read

@@ -1,6 +1,6 @@
 """Analytic FLOPs and bytes of the CS336 Transformer LM, and achieved rates against measured ceilings.
 
-FLOPs come from the model's shapes alone (FACTS.md §1 architecture), so a
+FLOPs come from the model's shapes alone (the CS336 assignment 2 architecture of workloads/models.py), so a
 report can divide them by kernel time from a trace or wall time from the
 harness. Only matrix products are counted (2*m*n*k each): norms, RoPE, softmax,
 masking, the loss and the optimizer are elementwise work whose cost is memory

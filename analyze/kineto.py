@@ -1,8 +1,9 @@
 """Reader for PyTorch profiler (Kineto) Chrome-trace JSON, ``.json`` or ``.json.gz``.
 
 ``torch.profiler.profile(...).export_chrome_trace(path)`` writes one file per
-rank (FACTS.md §4). Only this module knows that format: microsecond ``ts``/``dur``,
-event categories, ``args`` keys. It returns the same normalized tables as the
+rank (Chrome trace JSON, as Perfetto and Holistic Trace Analysis read it). Only
+this module knows that format: microsecond ``ts``/``dur``, event categories,
+``args`` keys. It returns the same normalized tables as the
 nsys reader, so the taxonomy, projection and reports treat both sources alike.
 
 Format facts this reader relies on, checked against traces from PyTorch 1.8
@@ -344,7 +345,7 @@ def us_to_ns(value) -> int:
     return int((Decimal(value) * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
-def _times(path: Path, events: list[dict], cat: str) -> tuple[np.ndarray, np.ndarray]:
+def _event_times(path: Path, events: list[dict], cat: str) -> tuple[np.ndarray, np.ndarray]:
     """start_ns and duration_ns of complete events; a missing dur counts as 0."""
     try:
         start = np.fromiter((us_to_ns(e["ts"]) for e in events), dtype=np.int64, count=len(events))
@@ -390,7 +391,7 @@ def _kernels(
     path: Path, events: list[dict], launch_pid: dict, main_pid: int, graph_launches: set
 ) -> tuple[pd.DataFrame, str | None]:
     """Kernel rows, and where their graph ids came from (``_graph_ids``)."""
-    start, dur = _times(path, events, "kernel")
+    start, dur = _event_times(path, events, "kernel")
     args = [_args(e) for e in events]
     corr = _ints(a.get("correlation") for a in args)
     graph_id, source = _graph_ids(args, corr, graph_launches)
@@ -436,7 +437,7 @@ def _graph_ids(args: list[dict], corr: list[int], graph_launches: set) -> tuple[
 
 
 def _runtime(path: Path, events: list[dict]) -> pd.DataFrame:
-    start, dur = _times(path, events, "runtime")
+    start, dur = _event_times(path, events, "runtime")
     columns = {
         "name": [str(e.get("name", "")) for e in events],
         "pid": _ints(e.get("pid") for e in events),
@@ -465,7 +466,7 @@ def memop_name(kineto_name: str, kind: str) -> str:
 def _memops(path: Path, copies: list[dict], sets: list[dict], launch_pid: dict, main_pid: int) -> pd.DataFrame:
     events = copies + sets
     kinds = ["memcpy"] * len(copies) + ["memset"] * len(sets)
-    start, dur = _times(path, events, "memcpy/memset")
+    start, dur = _event_times(path, events, "memcpy/memset")
     args = [_args(e) for e in events]
     corr = _ints(a.get("correlation") for a in args)
     columns = {
@@ -491,7 +492,7 @@ def _range_events(roles: dict) -> list[dict]:
 
 def _ranges(path: Path, roles: dict) -> pd.DataFrame:
     events = _range_events(roles)
-    start, dur = _times(path, events, "user_annotation")
+    start, dur = _event_times(path, events, "user_annotation")
     tids = _ints(e.get("tid") for e in events)
     df = _frame(
         {
@@ -608,7 +609,7 @@ def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None
     events = [e for e in cpu_ops if e.get("ph") == "X" and "Input Dims" in _args(e)]
     if not events:
         return None
-    start, dur = _times(path, events, "cpu_op")
+    start, dur = _event_times(path, events, "cpu_op")
     return pd.DataFrame(
         {
             "name": [str(e.get("name", "")) for e in events],

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from analyze.intervals import nesting_depth
-from analyze.kineto import _args, _bucket, _frame, _ints, _load, _roles, _times
+from analyze.kineto import _args, _bucket, _event_times, _frame, _ints, _load, _roles
 from analyze.tables import NVTX_RANGES, validate
 
 
@@ -29,7 +29,7 @@ def read_kineto_ops(path: str | Path):
     path = Path(path)
     _, events, _ = _load(path)
     events = [e for e in _roles(_bucket(path, events))["cpu_op"] if e.get("ph") == "X"]
-    start, dur = _times(path, events, "cpu_op")
+    start, dur = _event_times(path, events, "cpu_op")
     df = _frame(
         {
             "name": [op_label(str(e.get("name", "")), _args(e).get("Input Dims")) for e in events],

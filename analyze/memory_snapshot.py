@@ -1,6 +1,6 @@
 """Read ``torch.cuda.memory._dump_snapshot`` pickles into normalized tables, without running code.
 
-A snapshot is a pickle of plain data (FACTS.md §5), but ``pickle.load`` on an
+A snapshot is a pickle of plain data (dicts, lists, tuples, strings, numbers), but ``pickle.load`` on an
 untrusted file runs whatever its reduce opcodes name. ``SafeUnpickler`` refuses
 every global and every persistent id, so only dicts, lists, tuples, sets,
 strings, bytes, numbers, bools and None can come out of it.

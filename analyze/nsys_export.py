@@ -15,10 +15,10 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from analyze.errors import InputError
+from analyze.files import replacing
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
@@ -88,19 +88,13 @@ def export_report(report: str | Path) -> Path:
             f"on a machine with nsys {_fmt(made_by[:2])} or newer, run: {command}"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".sqlite")
-    os.close(fd)
-    try:
+    with replacing(target, suffix=".sqlite") as tmp:
         proc = subprocess.run(
-            [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", tmp, str(report)],
+            [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), str(report)],
             capture_output=True,
             text=True,
         )
-        if proc.returncode != 0 or not Path(tmp).stat().st_size:
+        if proc.returncode != 0 or not tmp.stat().st_size:
             last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
             raise InputError(f"{report}: nsys {_fmt(version)} could not export it ({last}); run elsewhere: {command}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return target

@@ -3,7 +3,7 @@
 ``analyze.nsys_sqlite`` turns what these reads return into the Trace's tables. Integer columns
 of a whole table (``IntegerRead``) come from the file's pages (``analyze.sqlite_pages``), else
 through the ADBC driver, else (None) the reader's sqlite3 path. The split lets a report start
-the biggest reads early (``prefetch``; on Linux in a forked process, ``analyze.early_read``),
+the biggest reads early (``analyze.nsys_prefetch``; on Linux in a forked process, ``analyze.early_read``),
 while pandas is still being imported.
 """
 
@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from analyze.errors import InputError
-
-if TYPE_CHECKING:  # imported where used: a report imports this module before the fork in ``prefetch``
-    from concurrent.futures import Future, ThreadPoolExecutor
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -338,48 +333,3 @@ def fetch_arrow(path: Path, sql: str):
             stmt.set_sql_query(sql)
             stream, _ = stmt.execute_query()
             return pa.RecordBatchReader._import_from_c(stream.address).read_all()
-
-
-_prefetched: dict[IntegerRead, Future] = {}  # or early_read.EarlyRead: anything with result()
-_prefetch_pool: ThreadPoolExecutor | None = None
-
-
-def prefetch(path: Path) -> None:
-    """Start reading an export's kernel, NVTX and runtime tables as a report will, while it imports pandas.
-
-    Before pandas is imported, on Linux, a forked process reads them from the pages (``analyze.early_read``):
-    it has the second core while the imports hold this one, and the page reader needs half the CPU of the
-    ADBC driver (150-copy export, whole report without cache, medians of 15 alternating runs on a 2-core VM:
-    1.18 s; 1.38 s before, with the kernel table through the driver on a thread). Elsewhere, or where pandas
-    is imported already, the kernel table is read on a thread through the ADBC driver, whose read is one call
-    that releases the GIL (the page reader on a thread takes the GIL between its steps, and beside the imports
-    it lost: 1.64 s against 1.47 s), and the runtime table is left to the reader. ``take_prefetched`` hands a
-    result to the reader when it asks for the same read; anything that goes wrong here is left for the reader
-    to find and report.
-    """
-    global _prefetch_pool
-    try:
-        catalog = Catalog(path)
-        try:
-            reads = [read(catalog) for table, read in LEAN_READS.items() if catalog.has(table)]
-        finally:
-            catalog.close()
-    except (OSError, InputError):
-        return
-    if "pandas" not in sys.modules:  # a process with pandas (a test, a notebook) has no imports left to overlap
-        from analyze.early_read import start
-
-        _prefetched.update(start([read for read in reads if read.root]))
-    kernels = [read for read in reads if read.table == KERNEL_TABLE and read not in _prefetched]
-    if not kernels or adbc_sqlite() is None:
-        return
-    if _prefetch_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _prefetch_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-prefetch")
-    _prefetched[kernels[0]] = _prefetch_pool.submit(fetch_arrow, Path(kernels[0].path), kernels[0].sql)
-
-
-def take_prefetched(read: IntegerRead) -> Future | None:
-    """The prefetched result of ``read``, once (None when there is none)."""
-    return _prefetched.pop(read, None) if _prefetched else None

@@ -9,18 +9,18 @@ decoded with replacement characters rather than rejected.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analyze.errors import InputError
+from analyze.heap import gc_paused
 from analyze.intervals import nesting_depth
 from analyze.nsys_schema import (
     GRAPH_TRACE_COLUMNS,
@@ -38,9 +38,11 @@ from analyze.nsys_schema import (
     adbc_sqlite,
     fetch_arrow,
     fetch_integers,
-    take_prefetched,
 )
 from analyze.tables import KERNELS, Trace, one_value, with_columns
+
+if TYPE_CHECKING:
+    from analyze.nsys_prefetch import Prefetch
 
 SUPPORTED_SCHEMA_MAJOR = (2, 3)
 
@@ -120,9 +122,10 @@ def with_unread_columns(df: pd.DataFrame, names: list[str]) -> pd.DataFrame:
 class Export(Catalog):
     """An open nsys export: its catalogue (``Catalog``) and reads of its tables into DataFrames."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, prefetched: Prefetch | None = None):
         super().__init__(path)
         self.pool: ThreadPoolExecutor | None = None
+        self.prefetched = prefetched  # reads started before pandas was imported (``analyze.nsys_prefetch``)
 
     def select(
         self,
@@ -149,7 +152,7 @@ class Export(Catalog):
         Arrow batches, several times faster than building Python tuples), else through sqlite3.
         """
         try:
-            early = take_prefetched(read)
+            early = self.prefetched.take(read) if self.prefetched is not None else None
             got = early.result() if early is not None else fetch_integers(read)
         except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
             raise self.corrupt(err) from None
@@ -230,19 +233,6 @@ class Export(Catalog):
         super().close()
 
 
-@contextlib.contextmanager
-def gc_paused():
-    """Pause Python's cycle collector while rows become tuples: rows of numbers and strings hold no
-    cycles, and the collection that every 700 new objects start cost 40-70 ms on a big export's NVTX rows."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def read_metadata(exp: Export) -> dict:
     """Export metadata (product and schema version, platform) from whichever table holds it."""
     meta: dict = {}
@@ -303,7 +293,7 @@ def _decode(ids: pd.Series, strings: pd.Series, fallback: str = "") -> pd.Catego
     return pd.Categorical.from_codes(codes[inverse], categories=cats)
 
 
-def _times(df: pd.DataFrame) -> pd.DataFrame:
+def _with_time_columns(df: pd.DataFrame) -> pd.DataFrame:
     """start_ns, end_ns (an unrecorded end: the start) and duration_ns; the read columns themselves where they serve."""
     df["start_ns"] = df["start"].astype("int64")
     end = df["end"].astype("int64")
@@ -324,14 +314,14 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
     table = KERNEL_TABLE
     no_name = InputError(f"{exp.path}: {table} has no kernel name column")
     if details:
-        df = _times(exp.select(table, exp.with_graph_column(KERNEL_COLUMNS)))
+        df = _with_time_columns(exp.select(table, exp.with_graph_column(KERNEL_COLUMNS)))
         short, demangled = df["shortName"], df["demangledName"]
         if ((short == MISSING) & (demangled == MISSING)).all():
             raise no_name
         df["demangled_name"] = _decode(demangled.where(demangled != MISSING, short), strings, "<unknown kernel>")
         df["name"] = _decode(short.where(short != MISSING, demangled), strings, "<unknown kernel>")
     else:  # the demangled name where recorded, else the short one, as one column (the read a report prefetches)
-        df = _times(exp.read(exp.lean_kernel_read()))
+        df = _with_time_columns(exp.read(exp.lean_kernel_read()))
         if (df["nameId"] == MISSING).all():
             raise no_name
         df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
@@ -379,7 +369,7 @@ def read_graph_launches(exp: Export, details: bool = True) -> pd.DataFrame | Non
     df = exp.select(GRAPH_TRACE_TABLE, GRAPH_TRACE_COLUMNS)
     if not len(df):
         return None
-    df = _times(df)
+    df = _with_time_columns(df)
     graph = df["graphId"].to_numpy()
     graph = np.where(graph != MISSING, graph, df["graphExecId"].to_numpy())
     graph = np.where(graph != MISSING, graph, UNNAMED_GRAPH)
@@ -431,7 +421,9 @@ def _with_launches(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFram
 def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """CUDA runtime and driver calls, with their API names (both reads: the CUDA API summary needs them)."""
     # without details: the read a report prefetches
-    df = _times(exp.select(RUNTIME_TABLE, RUNTIME_COLUMNS) if details else exp.read(exp.lean_runtime_read()))
+    df = _with_time_columns(
+        exp.select(RUNTIME_TABLE, RUNTIME_COLUMNS) if details else exp.read(exp.lean_runtime_read())
+    )
     gtid = df["globalTid"].to_numpy()
     df = df.assign(name=_decode(df["nameId"], strings, "<unknown API>"), correlation_id=df["correlationId"])
     return with_columns(df, {"pid": pids_of(gtid, missing=None), "tid": tids_of(gtid)})
@@ -450,14 +442,14 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
     raw = raw if raw is not None else {t: exp.select(t, spec) for t, spec in MEMOP_TABLES.items() if exp.has(t)}
     parts = []
     if "CUPTI_ACTIVITY_KIND_MEMCPY" in raw:
-        df = _times(raw["CUPTI_ACTIVITY_KIND_MEMCPY"])
+        df = _with_time_columns(raw["CUPTI_ACTIVITY_KIND_MEMCPY"])
         labels = _memcpy_labels(exp)
         kind = df["copyKind"].clip(lower=0)
         df["name"] = "[CUDA memcpy " + kind.map(labels).fillna("Unknown") + "]"
         df["kind"] = "memcpy"
         parts.append(df)
     if "CUPTI_ACTIVITY_KIND_MEMSET" in raw:
-        df = _times(raw["CUPTI_ACTIVITY_KIND_MEMSET"])
+        df = _with_time_columns(raw["CUPTI_ACTIVITY_KIND_MEMSET"])
         df["name"], df["kind"] = "[CUDA memset]", "memset"
         parts.append(df)
     if not parts:
@@ -542,7 +534,7 @@ def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataF
     start, end = df["start"].to_numpy(), df["end"].to_numpy()
     last = max(int(start.max()), int(end.max()), 0)
     ranges["start"], ranges["end"] = start[rows], np.where(end[rows] != MISSING, end[rows], last)
-    ranges = _times(ranges)
+    ranges = _with_time_columns(ranges)
     end_gtid = df["endGlobalTid"].to_numpy()[rows]
     ranges["end_tid"] = np.where(end_gtid != MISSING, tid_of(end_gtid), -1)
     style = pd.Series(event[rows]).map(NVTX_RANGE_STYLE)
@@ -640,7 +632,9 @@ def read_threads(exp: Export, strings: pd.Series) -> pd.DataFrame | None:
     return df
 
 
-def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool = False) -> Trace:
+def read_nsys_sqlite(
+    path: str | Path, details: bool = True, runtime_later: bool = False, prefetched: Prefetch | None = None
+) -> Trace:
     """Read one nsys SQLite export into normalized tables.
 
     Absent tables (no kernels ran, no GPU, no NVTX) give empty tables, not errors.
@@ -654,9 +648,10 @@ def read_nsys_sqlite(path: str | Path, details: bool = True, runtime_later: bool
 
     ``runtime_later=True`` returns before the runtime table (the biggest) is read when it is
     read on another thread (``Trace.arriving``): a report starts on the kernels meanwhile.
+    ``prefetched`` holds reads of this export started early (``analyze.nsys_prefetch.Prefetch``).
     """
     path = Path(path)
-    exp = Export(path)
+    exp = Export(path, prefetched)
     try:
         meta = read_metadata(exp)
         version = check_schema_version(path, meta)

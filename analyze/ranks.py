@@ -49,7 +49,10 @@ def _split(k: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return k[comm], k[~comm]
 
 
-def _times(k: pd.DataFrame, comm: pd.DataFrame, comp: pd.DataFrame, span: tuple[int, int] | None = None) -> dict:
+def _overlap_times(
+    k: pd.DataFrame, comm: pd.DataFrame, comp: pd.DataFrame, span: tuple[int, int] | None = None
+) -> dict:
+    """Busy, idle, communication, computation and overlap times (ns) of ``comm`` and ``comp`` over ``span`` (default: the span of ``k``)."""
     cs, ce = comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy()
     ps, pe = comp["start_ns"].to_numpy(), comp["end_ns"].to_numpy()
     lo, hi = span if span is not None else (int(k["start_ns"].min()), int(k["end_ns"].max()))
@@ -113,7 +116,7 @@ def summarize_rank_time(kernels: pd.DataFrame) -> pd.DataFrame:
                 "comm_kernels": len(comm),
                 "comm_kernel_sum_ns": int(comm["duration_ns"].sum()),
                 "compute_kernel_sum_ns": int(comp["duration_ns"].sum()),
-                **_times(g, comm, comp),
+                **_overlap_times(g, comm, comp),
             }
         )
     keys = ("rank", "pid", "device_id", "kernels", "comm_kernels", "comm_kernel_sum_ns", "compute_kernel_sum_ns")
@@ -164,7 +167,7 @@ def summarize_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             comm, comp = _split(w)
             rows.append(
                 {"rank": int(rank), "step": int(st.step), "step_ns": int(st.end_ns - st.start_ns)}
-                | _times(w, comm, comp, span=(int(st.start_ns), int(st.end_ns)))
+                | _overlap_times(w, comm, comp, span=(int(st.start_ns), int(st.end_ns)))
             )
     return _fractions(pd.DataFrame(rows), ("rank", "step", "step_ns"))
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analyze.errors import InputError
 from analyze.tables import Trace
+
+if TYPE_CHECKING:
+    from analyze.nsys_prefetch import Prefetch
 
 SOURCE_RULES = (  # suffix, kind; first match wins
     (".nsys-rep", "nsys-report"),
@@ -136,22 +140,31 @@ def discover(paths: list[str | Path], skip: Skip | None = None) -> list[Source]:
     return found
 
 
-def read_trace(source: Source, details: bool = True, cache: bool = False, runtime_later: bool = False) -> Trace:
+def read_trace(
+    source: Source,
+    details: bool = True,
+    cache: bool = False,
+    runtime_later: bool = False,
+    prefetched: Prefetch | None = None,
+) -> Trace:
     """Read one trace file (nsys export or report, or Kineto JSON) into a Trace.
 
     ``details=False`` lets the nsys reader skip columns the breakdowns never use
     (``read_nsys_sqlite``); ``cache=True`` keeps a big export's tables beside it
     as Arrow files for the next read (``analyze.trace_cache``); ``runtime_later``
-    may hand the Trace over while an export's runtime table is still being read.
+    may hand the Trace over while an export's runtime table is still being read;
+    ``prefetched``: reads of the export started early (``analyze.nsys_prefetch``).
     """
     from analyze.nsys_sqlite import read_nsys_sqlite
 
     def read_export(path: Path) -> Trace:
         if not cache:
-            return read_nsys_sqlite(path, details, runtime_later)
+            return read_nsys_sqlite(path, details, runtime_later, prefetched)
         from analyze.trace_cache import read_cached
 
-        return read_cached(path, lambda: read_nsys_sqlite(path, details, runtime_later), variant=f"details={details}")
+        return read_cached(
+            path, lambda: read_nsys_sqlite(path, details, runtime_later, prefetched), variant=f"details={details}"
+        )
 
     if source.kind == "nsys-sqlite":
         return read_export(source.path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyze.projection import expand_slices, smallest_int
+from analyze.arrays import expand_slices, smallest_int
 
 STAT_COLUMNS = ("count", "total", "avg", "med", "min", "max", "std")
 

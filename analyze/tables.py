@@ -180,33 +180,67 @@ class Trace:
     def validated(self) -> Trace:
         """Coerce every table to its schema (readers call this before returning); tables still to come stay so."""
         for attr, schema in SCHEMAS.items():
-            if attr in self.__dict__:
+            if not isinstance(self.__dict__.get(attr), LazyTable):
                 setattr(self, attr, validate(getattr(self, attr), schema))
         return self
 
     def arriving(self, **tables: Future) -> Trace:
         """Hand the Trace over while ``tables`` (name: future of its frame) are still being read.
 
-        A report classifies the kernels while the runtime table is read on the other core. The
-        first use of such a table waits for it and validates it; a failed read raises its error there.
+        A report classifies the kernels while the runtime table is read on the other core. Each
+        such table is a ``LazyTable`` until its first use, which waits for it and validates it.
         """
-        for name in tables:
-            del self.__dict__[name]
-        self.__dict__.setdefault("_arriving", {}).update(tables)
+        for name, future in tables.items():
+            setattr(self, name, LazyTable(future, SCHEMAS[name]))
         return self
 
-    def __getattr__(self, name: str):
-        """A table named in ``arriving()``, at its first use (only then is it not an attribute yet)."""
-        arriving = self.__dict__.get("_arriving", {})
-        if name not in arriving:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        with _ARRIVAL:  # two threads may ask at once: one validates, the other finds the table set
-            if name not in self.__dict__:
-                self.__dict__[name] = validate(arriving[name].result(), SCHEMAS[name])
-        return self.__dict__[name]
+    def pending(self, name: str) -> bool:
+        """Whether table ``name`` is still a ``LazyTable`` that no one has used."""
+        value = self.__dict__.get(name)
+        return isinstance(value, LazyTable) and value.resolved is None
 
 
-_ARRIVAL = threading.Lock()
+class LazyTable:
+    """A table still being read on another thread (a future of its frame): validated at its first ``frame()``.
+
+    Two threads may ask at once: one waits and validates, the other gets the same frame. A failed
+    read raises its error at each use.
+    """
+
+    def __init__(self, future: Future, schema: dict[str, str]):
+        self.future, self.schema = future, schema
+        self.resolved: pd.DataFrame | None = None
+        self._lock = threading.Lock()
+
+    def frame(self) -> pd.DataFrame:
+        with self._lock:
+            if self.resolved is None:
+                self.resolved = validate(self.future.result(), self.schema)
+        return self.resolved
+
+
+class TableAttribute:
+    """A table of ``Trace``: a plain attribute, except that a ``LazyTable`` stored there is read through ``frame()``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, trace: Trace | None, owner: type | None = None):
+        if trace is None:
+            return self
+        try:
+            value = trace.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(f"{type(trace).__name__!r} object has no attribute {self.name!r}") from None
+        return value.frame() if isinstance(value, LazyTable) else value
+
+    def __set__(self, trace: Trace, value) -> None:
+        trace.__dict__[self.name] = value
+
+
+for _name in SCHEMAS:  # after @dataclass: its __init__ and defaults are made from the annotations alone
+    setattr(Trace, _name, TableAttribute(_name))
+del _name
 
 
 # torch.cuda.memory snapshot tables (analyze/memory_snapshot.py); one row per trace event

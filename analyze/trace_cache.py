@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from analyze.nsys_prefetch import Prefetch
     from analyze.tables import Trace
 
 # numpy, pandas and pyarrow (and hashlib, shutil, tempfile) are imported where used: ``cache_dir``,
 # MIN_EXPORT_BYTES and ``prefetch_uncached`` serve a command line that has not loaded them yet, and
-# whatever it imports before ``analyze.nsys_schema.prefetch`` forks delays the early read.
+# whatever it imports before ``Prefetch.start`` (analyze/nsys_prefetch.py) forks delays the early read.
 MIN_EXPORT_BYTES = 32 * 2**20  # smaller exports read fast enough; no folder beside them
 SUFFIX = ".profiler-kit-cache"
 READER_SOURCES = ("early_read.py", "nsys_schema.py", "nsys_sqlite.py", "sqlite_pages.py", "tables.py", "trace_cache.py")
@@ -69,21 +70,20 @@ def cache_key(path: Path, variant: str) -> dict:
     }
 
 
-def prefetch_uncached(path: Path, cache: bool = True) -> None:
-    """Start reading a big nsys export's kernel, NVTX and runtime tables now (``nsys_schema.prefetch``), unless a
-    cache folder beside it will serve the report instead (``cache``: whether the report may use one).
+def prefetch_uncached(path: Path, prefetch: Prefetch, cache: bool = True) -> Prefetch:
+    """Start reading a big nsys export's kernel, NVTX and runtime tables now (``prefetch.start``), unless a
+    cache folder beside it will serve the report instead (``cache``: whether the report may use one); ``prefetch``.
 
     Called before the report imports pandas: the reads (in a forked process, or on a thread without the GIL)
     overlap the imports. A cache folder that turns out stale only means no early start.
     """
-    from analyze.nsys_schema import prefetch
-
     try:
         big = path.suffix == ".sqlite" and path.stat().st_size >= MIN_EXPORT_BYTES
     except OSError:
-        return
+        return prefetch
     if big and not (cache and cache_dir(path).exists()):
-        prefetch(path)
+        prefetch.start(path)
+    return prefetch
 
 
 def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Trace:

@@ -88,7 +88,9 @@ def build_attention_report(df: pd.DataFrame, note: str = "") -> Report:
     sections.append(
         Section(
             "TFLOP/s across sequence lengths",
-            text=["FLOPs: forward 4*B*H*N^2*d, halved when causal; backward 2.5x forward (FACTS.md)."],
+            text=[
+                "FLOPs: forward 4*B*H*N^2*d, halved when causal; backward 2.5x forward (FlashAttention-2's convention)."
+            ],
             tables=per_d,
             figures=[
                 Figure("Forward+backward TFLOP/s", fig_df.sort_values("seq"), "line", "seq", "fwd_bwd_tflops", "series")

@@ -529,15 +529,15 @@ def memory_counters_section(res: TraceResult) -> Section:
     )
 
 
-def analyze_source(src, label: str, cache: bool = False) -> TraceResult:
+def analyze_source(src, label: str, cache: bool = False, prefetched=None) -> TraceResult:
     """Read and analyse one trace source, reduced to the small tables a report shows (raises READ_ERRORS)."""
+    from analyze.arrays import distinct_values
     from analyze.breakdown import analyze_trace
-    from analyze.projection import distinct_values
     from analyze.ranks import summarize_rank_time
     from analyze.sources import read_trace
     from analyze.tables import one_value_view
 
-    trace = read_trace(src, details=False, cache=cache, runtime_later=True)
+    trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
     tables = analyze_trace(trace, REPORT_TABLES)
     tables |= diagnose(trace, tables["ops"], tables.get("categories"))  # profiler_kit/build_findings.py
     if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
@@ -577,7 +577,15 @@ def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
 
 
 def analyze_sources(
-    sources, roots, on_each=None, cache: bool = False, skip=None, workers: int = 1, scheduler=None, cached=None
+    sources,
+    roots,
+    on_each=None,
+    cache: bool = False,
+    skip=None,
+    workers: int = 1,
+    scheduler=None,
+    cached=None,
+    prefetched=None,
 ) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
@@ -586,13 +594,21 @@ def analyze_sources(
     (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``workers`` > 1 or a
     ``scheduler`` address runs one task per source on Dask (``profiler_kit.parallel``); the cache folders its
     workers wrote are added to the list ``cached``. The results are the same, in the order of ``sources``.
+    ``prefetched``: reads started early (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their
+    export (in this process only).
     """
     from profiler_kit.parallel import map_inputs
 
     items = [(src, label_for(src.path, roots)) for src in sources]
     done = (lambda item: on_each(item[0])) if on_each else None
     if scheduler is None and workers <= 1:
-        return map_inputs(lambda item: analyze_source(*item, cache=cache), items, key=_path, on_done=done, skip=skip)
+        return map_inputs(
+            lambda item: analyze_source(*item, cache=cache, prefetched=prefetched),
+            items,
+            key=_path,
+            on_done=done,
+            skip=skip,
+        )
     pairs = map_inputs(
         functools.partial(_analyze_task, cache),
         items,

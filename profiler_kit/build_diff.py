@@ -30,7 +30,7 @@ SUFFIX = {"ns": "_ns", "bytes": "_bytes", "frac": "_frac"}
 
 
 def load_side(
-    path: str, options: frozenset[str] = frozenset(), cache: bool = False, ops: bool = False
+    path: str, options: frozenset[str] = frozenset(), cache: bool = False, ops: bool = False, prefetched=None
 ) -> tuple[Measures, list[str]]:
     """Read every trace and memory snapshot at ``path`` (a file or a folder) and measure them as one side.
 
@@ -61,7 +61,7 @@ def load_side(
     if traces:
         measured = []
         for src in traces:
-            trace = read_trace(src, details=False, cache=cache, runtime_later=True)
+            trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
             tables = analyze_trace(trace, DIFF_TABLES)
             m = measure_trace(trace.nvtx, tables, options)
             if ops and src.kind == "kineto":
@@ -345,6 +345,7 @@ def run_diff(
     top: int = 15,
     everything: bool = False,
     cache: bool = False,
+    prefetched=None,
 ) -> tuple[Report, pd.DataFrame | None]:
     """Measure, compare and gate two sides: the report and the rules' verdicts (None without rules).
 
@@ -352,8 +353,8 @@ def run_diff(
     """
     from analyze.diff import compare, evaluate_rules, matched_share, status_changes
 
-    base_side, base_files = load_side(base, options, cache=cache, ops=bool(ops))
-    new_side, new_files = load_side(new, options, cache=cache, ops=bool(ops))
+    base_side, base_files = load_side(base, options, cache=cache, ops=bool(ops), prefetched=prefetched)
+    new_side, new_files = load_side(new, options, cache=cache, ops=bool(ops), prefetched=prefetched)
     scopes = set(base_side.values["scope"]) & set(new_side.values["scope"])
     if not scopes:
         raise InputError(f"{base} and {new} have nothing in common to compare (a trace against a memory snapshot?)")

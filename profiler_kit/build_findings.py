@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 
+from analyze.arrays import distinct_values
 from analyze.breakdown import phase_ranges
 from analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
 from analyze.copies import copy_bandwidth
 from analyze.findings import rank_findings
 from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
 from analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
-from analyze.projection import distinct_values
 from analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
 from analyze.sequences import kernel_sequences
 from analyze.tables import Trace, one_value_view

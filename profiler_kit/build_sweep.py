@@ -1,4 +1,4 @@
-"""Recorded runs (run.json + trace) -> the sections of FACTS.md §1's questions.
+"""Recorded runs (run.json + trace) -> the sections of CS336 assignment 2's questions.
 
 Timings come from the harness numbers in run.json; kernel questions from the
 trace beside it (Kineto ``trace.json.gz`` or nsys ``trace.sqlite``), read by the
@@ -458,7 +458,7 @@ def throughput_section(throughput: list[dict], mfu: pd.DataFrame) -> Section | N
 
 
 def build_sweep_sections(run_dirs, roots=()) -> list[Section]:
-    """Sections answering FACTS.md §1 from recorded run folders (each with run.json, maybe a trace).
+    """Sections answering CS336 assignment 2 from recorded run folders (each with run.json, maybe a trace).
 
     ``roots`` are the paths the report was given: calibration.json files are
     looked up from each run folder up to them (see ``find_calibration``).

@@ -396,11 +396,13 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
+    prefetched = None
     if len(paths) == 1 and scheduler is None:  # one big export: its reading starts now, beside the imports below
         with importing():  # the early read imports numpy before it forks its reader
+            from analyze.nsys_prefetch import Prefetch
             from analyze.trace_cache import prefetch_uncached
 
-            prefetch_uncached(Path(paths[0]), cache=not no_cache)
+            prefetched = prefetch_uncached(Path(paths[0]), Prefetch(), cache=not no_cache)
     with importing():
         from analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report
@@ -430,6 +432,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
             workers=workers,
             scheduler=scheduler,
             cached=cached,
+            prefetched=prefetched,
         )
     loaded = []
     if snapshots:
@@ -969,10 +972,12 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
     with importing():  # big exports start being read now, beside the imports below (as report does)
+        from analyze.nsys_prefetch import Prefetch
         from analyze.trace_cache import prefetch_uncached
 
+        prefetched = Prefetch()
         for path in (base, new):
-            prefetch_uncached(Path(path), cache=not no_cache)
+            prefetch_uncached(Path(path), prefetched, cache=not no_cache)
     with importing():
         from analyze.diff import parse_rule
         from profiler_kit.build_diff import gate_lines, run_diff
@@ -990,6 +995,7 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
         top=top,
         everything=fmt != "md",
         cache=not no_cache,
+        prefetched=prefetched,
     )
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     write_report(out_dir, files)

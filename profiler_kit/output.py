@@ -14,6 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from analyze.files import new_file_mode
 from profiler_kit.render.data import render_tables
 from profiler_kit.render.html import plotly_available, render_html
 from profiler_kit.render.markdown import render_markdown
@@ -96,8 +97,7 @@ def write_files(out_dir: Path, files: dict[str, str | bytes]) -> list[Path]:
         raise ValueError(f"output file names must be plain names: {list(files)}")
     check_out_dir(out_dir)
     created = _existing_and_missing(out_dir)[1]
-    umask = os.umask(0)
-    os.umask(umask)
+    mode = new_file_mode()
     staged = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ def write_files(out_dir: Path, files: dict[str, str | bytes]) -> list[Path]:
             staged.append((tmp, out_dir / name))
             with os.fdopen(fd, "wb") as fh:
                 fh.write(text if isinstance(text, bytes) else text.encode("utf-8"))
-            os.chmod(tmp, 0o666 & ~umask)
+            os.chmod(tmp, mode)
         with _sigint_deferred():
             for tmp, final in staged:
                 os.replace(tmp, final)

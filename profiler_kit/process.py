@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import os
 import sys
 import threading
+
+from analyze.heap import gc_paused
 
 REPORT_KEPT_BYTES = 1 << 30  # freed memory a report keeps for its next arrays (analyze/heap.py), not faulted in afresh
 
@@ -41,17 +42,9 @@ def tune_report() -> None:
     keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
 
 
-@contextlib.contextmanager
 def importing():
     """Import without the cyclic garbage collector (passes over long-lived imports are wasted), then freeze them."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
+    return gc_paused(freeze=True)
 
 
 def run_and_exit(command) -> None:

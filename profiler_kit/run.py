@@ -32,10 +32,10 @@ when there is neither.
 
 Backend ``none`` only times (run.json without a trace). ``auto`` picks nsys
 when it is installed and can trace this machine (CPU-only runs, or a CUDA probe
-that records kernels), else torch. FACTS.md §3: Debian's split nsys install
-leaves a ``.qdstrm`` that QdstrmImporter turns into a report; nsys 2022.4 on a
-CUDA 13 driver "runs" but records no kernels, which is an error here, not an
-empty profile.
+that records kernels), else torch. Debian's split nsys install (its
+nsight-systems 2022.4 package) leaves a ``.qdstrm`` that QdstrmImporter turns
+into a report; nsys 2022.4 on a CUDA 13 driver "runs" but records no kernels,
+which is an error here, not an empty profile.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from analyze.files import write_atomic
 
 BACKENDS = ("auto", "nsys", "torch", "none")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -96,24 +98,14 @@ class RunResult:
     meta: dict = field(default_factory=dict)
 
 
-def _env() -> dict:
+def workload_env() -> dict:
     """The environment for workload subprocesses: this checkout importable."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file, so readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make results unreadable to others
-    os.replace(tmp, path)
-    return path
-
-
-def _tail(text: str, n: int = 1500) -> str:
+def output_tail(text: str, n: int = 1500) -> str:
     return text[-n:].strip()
 
 
@@ -164,7 +156,7 @@ def nsys_profile(cmd: list[str], out_stem: Path, cuda: bool, timeout: int = 3600
         [nsys, "profile", *flags, "-o", str(out_stem), "--force-overwrite", "true", *cmd],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=workload_env(),
         timeout=timeout,
     )
     log = proc.stdout + proc.stderr
@@ -177,9 +169,9 @@ def nsys_profile(cmd: list[str], out_stem: Path, cuda: bool, timeout: int = 3600
             raise RecordError(f"nsys left {qdstrm.name} and no QdstrmImporter was found to convert it")
         imp = subprocess.run([str(importer), "-i", str(qdstrm)], capture_output=True, text=True, timeout=timeout)
         if not rep.exists():
-            raise RecordError(f"QdstrmImporter could not convert {qdstrm.name}: {_tail(imp.stdout + imp.stderr)}")
+            raise RecordError(f"QdstrmImporter could not convert {qdstrm.name}: {output_tail(imp.stdout + imp.stderr)}")
     if not rep.exists():
-        raise RecordError(f"nsys wrote no report (exit {proc.returncode}): {_tail(log)}")
+        raise RecordError(f"nsys wrote no report (exit {proc.returncode}): {output_tail(log)}")
     qdstrm.unlink(missing_ok=True)
     sqlite = out_stem.with_suffix(".sqlite")
     exp = subprocess.run(
@@ -189,7 +181,7 @@ def nsys_profile(cmd: list[str], out_stem: Path, cuda: bool, timeout: int = 3600
         timeout=timeout,
     )
     if not sqlite.exists():
-        raise RecordError(f"nsys export failed: {_tail(exp.stdout + exp.stderr)}")
+        raise RecordError(f"nsys export failed: {output_tail(exp.stdout + exp.stderr)}")
     diagnostics = nsys_diagnostics(sqlite)
     bad = [m for m in diagnostics if DRIVER_UNSUPPORTED.search(m)]
     if bad:
@@ -199,7 +191,7 @@ def nsys_profile(cmd: list[str], out_stem: Path, cuda: bool, timeout: int = 3600
             "nsys recorded no CUDA kernels for a GPU run" + (f": {diagnostics[0]}" if diagnostics else "")
         )
     if proc.returncode != 0:
-        raise RecordError(f"profiled workload failed (exit {proc.returncode}): {_tail(log)}")
+        raise RecordError(f"profiled workload failed (exit {proc.returncode}): {output_tail(log)}")
     return sqlite
 
 
@@ -357,10 +349,10 @@ def _record_nsys(spec, work: Path, memory: bool) -> dict:
         [sys.executable, "-m", "workloads.harness", "--spec", spec_json, "--out", str(plain)],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=workload_env(),
     )
     if not plain.exists():
-        raise RecordError(f"workload failed (exit {proc.returncode}): {_tail(proc.stderr)}")
+        raise RecordError(f"workload failed (exit {proc.returncode}): {output_tail(proc.stderr)}")
     row = json.loads(plain.read_text())
     plain.unlink()
     if row["status"] != "ok":

@@ -22,7 +22,8 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from profiler_kit.run import CALIBRATION_FILE, RecordError, _env, _tail, write_atomic
+from analyze.files import write_atomic
+from profiler_kit.run import CALIBRATION_FILE, RecordError, output_tail, workload_env
 
 FLAT_PHASES = ("forward", "backward", "optimizer", "step_wall")
 
@@ -50,8 +51,8 @@ def run_cell(spec, backend: str, out_dir: Path, memory: bool = False, timeout: i
     cmd = [sys.executable, "-m", "profiler_kit.run", "--spec", json.dumps(spec.to_dict())]
     cmd += ["--backend", backend, "-o", str(out_dir)] + (["--memory"] if memory else [])
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout)
-        status, error = "error", f"exit {proc.returncode}: {_tail(proc.stderr, 800)}"
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=workload_env(), timeout=timeout)
+        status, error = "error", f"exit {proc.returncode}: {output_tail(proc.stderr, 800)}"
     except subprocess.TimeoutExpired:
         status, error = "timeout", f"no result within {timeout} s"
     if run_json.exists() and _identity(run_json) != before:
@@ -79,11 +80,11 @@ def measure_calibration(out_dir: Path, device: str, timeout: int = 600) -> Path:
     tmp = out.with_name(f".{out.name}.tmp")
     cmd = [sys.executable, "-m", "workloads.calibrate", "--device", device, "--out", str(tmp)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=workload_env(), timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RecordError(f"calibration gave no result within {timeout} s") from None
     if proc.returncode != 0 or not tmp.exists():
-        raise RecordError(f"calibration failed (exit {proc.returncode}): {_tail(proc.stderr, 800)}")
+        raise RecordError(f"calibration failed (exit {proc.returncode}): {output_tail(proc.stderr, 800)}")
     tmp.chmod(0o644)
     tmp.replace(out)
     return out

@@ -54,9 +54,9 @@ def test_an_arriving_table_is_waited_for_at_first_use_and_validated():
     late = Trace(**{n: getattr(trace, n) for n in SCHEMAS if n != "runtime"}, meta=trace.meta).arriving(
         runtime=_later(raw)
     )
-    assert "runtime" not in vars(late)
+    assert late.pending("runtime")
     got = analyze_trace(late, REPORT_TABLES)  # the runtime is first used on the second thread
-    assert late.runtime.dtypes.equals(runtime.dtypes)
+    assert late.runtime.dtypes.equals(runtime.dtypes) and not late.pending("runtime")
     for name, table in want.items():
         pd.testing.assert_frame_equal(got[name], table)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import analyze.arrays as arrays
 import analyze.projection as projection
 from analyze.breakdown import (
     count_unique,
@@ -147,7 +148,7 @@ def test_expand_slices_is_repeat_and_arange():
     for _ in range(200):
         lo = rng.integers(0, 30, rng.integers(0, 8))
         hi = lo + rng.integers(-3, 6, len(lo))  # empty and negative slices too
-        index, counts = projection.expand_slices(lo, hi)
+        index, counts = arrays.expand_slices(lo, hi)
         expected = [i for a, b in zip(lo, hi, strict=True) for i in range(a, b)]
         assert index.tolist() == expected and counts.tolist() == np.maximum(hi - lo, 0).tolist()
 
@@ -156,14 +157,14 @@ def test_search_in_order_is_searchsorted():
     rng = np.random.default_rng(4)
     values, queries = np.sort(rng.integers(0, 1_000, 500)), rng.integers(-10, 1_010, 300)
     for side in ("left", "right"):
-        got = projection.search_in_order(values, queries, side, np.argsort(queries, kind="stable"))
+        got = arrays.search_in_order(values, queries, side, np.argsort(queries, kind="stable"))
         assert (got == np.searchsorted(values, queries, side=side)).all()
 
 
 @pytest.mark.parametrize("index", [pd.RangeIndex(50), pd.Index([3, 7, 8, 20, 41])])
 def test_positions_of_labels_all_in_the_index(index):  # the paths without masks (or a copy at all)
     labels = np.array(index.to_numpy()[[0, -1, 2, 2, 1]], dtype=np.int64)
-    assert (projection.positions(index, labels) == index.get_indexer(labels)).all()
+    assert (arrays.positions(index, labels) == index.get_indexer(labels)).all()
 
 
 def test_first_row_by_table_of_keys_all_inside():
@@ -173,4 +174,4 @@ def test_first_row_by_table_of_keys_all_inside():
 
 
 def test_smallest_int_holds_n():
-    assert [projection.smallest_int(n) for n in (0, 127, 128, 2**31)] == [np.int8, np.int8, np.int16, np.int64]
+    assert [arrays.smallest_int(n) for n in (0, 127, 128, 2**31)] == [np.int8, np.int8, np.int16, np.int64]

@@ -42,10 +42,12 @@ WITH_KERNELS = [p for p in SHARED if p.values[0] and "CUPTI_ACTIVITY_KIND_KERNEL
 COMPARE = """
 import json, os, signal, sys
 from pathlib import Path
-from analyze import early_read, nsys_schema
+from analyze import early_read
+from analyze.nsys_prefetch import Prefetch
 path, kill = Path(sys.argv[1]), sys.argv[2] == "kill"
-nsys_schema.prefetch(path)
-early = {r.table: h for r, h in nsys_schema._prefetched.items() if isinstance(h, early_read.EarlyRead)}
+prefetched = Prefetch()
+prefetched.start(path)
+early = {r.table: h for r, h in prefetched.started.items() if isinstance(h, early_read.EarlyRead)}
 children = {h.child for h in early.values()}
 fallbacks = []
 def counted(read, fetch=early_read.fetch_integers):
@@ -57,8 +59,8 @@ if kill:  # at once: the child has not delivered yet
         os.kill(child.pid, signal.SIGKILL)
 import pandas as pd
 from analyze.nsys_sqlite import read_nsys_sqlite
-got = read_nsys_sqlite(path, details=False)
-assert not nsys_schema._prefetched, "the reader took every early read"
+got = read_nsys_sqlite(path, details=False, prefetched=prefetched)
+assert not prefetched.started, "the reader took every early read"
 want = read_nsys_sqlite(path, details=False)
 for name in ("kernels", "runtime", "nvtx", "memops", "gpus", "threads"):
     pd.testing.assert_frame_equal(getattr(got, name), getattr(want, name), check_exact=True)

@@ -12,9 +12,8 @@ from tests.conftest import ROOT
 
 PACKAGES = ("analyze", "profiler_kit", "workloads")
 
-# Known circle, in the nsys reader that another change is editing: nsys_schema.prefetch imports early_read.start
-# inside the function, and early_read imports nsys_schema's readers. Remove this entry once prefetch moves.
-KNOWN = {frozenset({"analyze.early_read", "analyze.nsys_schema"})}
+# Known circles, none now (early_read <-> nsys_schema was broken by moving the prefetch to analyze/nsys_prefetch.py).
+KNOWN: set[frozenset[str]] = set()
 
 
 def _modules() -> dict[str, tuple[ast.Module, str]]:
@@ -121,7 +120,7 @@ def test_imports_are_read_from_functions_and_packages():
     graph = import_graph()
     assert "workloads.triton_launch" in graph["workloads.flash_gluon_ws"]
     assert "workloads.flash_gluon_ws" in graph["workloads.flash_triton"]  # `from workloads import x` in a function
-    assert "analyze.early_read" in graph["analyze.nsys_schema"] or not KNOWN
+    assert "analyze.early_read" in graph["analyze.nsys_prefetch"]  # `from analyze.early_read import start` in a method
 
 
 def test_no_import_circles():

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import analyze.arrays as arrays
 import analyze.projection as projection
 from analyze.intervals import interval_union
 from analyze.projection import enclosed_launches, first_row_by_search, first_row_by_sort, first_row_by_table, launches
@@ -212,7 +213,7 @@ def test_enclosed_launches_match_a_loop_over_ranges(any_thread, first_tid, durat
 )
 def test_positions_are_get_indexer(index):
     labels = np.array([0, 3, 5, 7, 8, 9, 20, 41, 49, 50, 10**12, -1, 10**13])
-    assert (projection.positions(index, labels) == index.get_indexer(labels)).all()
+    assert (arrays.positions(index, labels) == index.get_indexer(labels)).all()
 
 
 def test_pair_labels_is_from_codes_without_unused_categories():
@@ -227,7 +228,7 @@ def test_pair_labels_is_from_codes_without_unused_categories():
 def test_first_appearance_codes_are_factorize(size):
     rng = np.random.default_rng(size)
     keys = rng.choice(rng.integers(0, size, 12), 500)
-    codes, first = projection.first_appearance_codes(keys, size)
+    codes, first = arrays.first_appearance_codes(keys, size)
     expected, uniques = pd.factorize(keys)
     assert (codes == expected).all()
     assert (keys[first] == uniques).all() and all(
@@ -248,4 +249,4 @@ def test_count_distinct_is_groupby_nunique(case):
         order = rng.permutation(len(codes))
         codes, values = codes[order], values[order]
     expected = pd.Series(values).groupby(codes).nunique().reindex(range(60), fill_value=0).to_numpy()
-    assert (projection.count_distinct(codes, values, 60) == expected).all()
+    assert (arrays.count_distinct(codes, values, 60) == expected).all()

@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from profiler_kit.run import _env, nsys_can_trace_cuda  # noqa: E402
+from profiler_kit.run import nsys_can_trace_cuda, workload_env  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")]
 
@@ -29,7 +29,7 @@ RUN_ID = "small_ctx128_train_fp32_b2"
 
 def _cli(*args, timeout=900) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "profiler_kit", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, env=workload_env(), timeout=timeout)
 
 
 @pytest.mark.parametrize("backend", ["torch", "none", "nsys"])

@@ -4,7 +4,7 @@ Timings come from ``triton.testing.do_bench`` (CUDA events, median). Backward
 is the gradient of ``o.sum()``. ``mem_before_bwd_bytes`` is
 ``torch.cuda.memory_allocated()`` right after the forward (inputs, output and
 what autograd saved). A configuration that runs out of memory is a row with
-``status`` "oom". FLOPs follow FACTS.md: forward ``4*B*H*N^2*d``, halved when
+``status`` "oom". FLOPs follow the FlashAttention-2 benchmarks: forward ``4*B*H*N^2*d``, halved when
 causal; backward 2.5x forward.
 
 Rows are appended (and flushed) as they finish so a run cut short keeps what it
@@ -38,7 +38,7 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 
 
 def attention_flops(batch: int, heads: int, seq: int, d_head: int, causal: bool) -> tuple[float, float]:
-    """(forward, backward) FLOPs by the FACTS.md convention."""
+    """(forward, backward) FLOPs as the FlashAttention-2 benchmarks count them."""
     fwd = 4.0 * batch * max(heads, 1) * seq * seq * d_head / (2 if causal else 1)
     return fwd, 2.5 * fwd
 

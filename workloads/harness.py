@@ -36,7 +36,8 @@ from workloads.common import nvtx_range, sync
 from workloads.models import RunSpec, count_parameters, model_config
 
 PHASE_ORDER = ("forward", "backward", "optimizer", "step", "step_wall")
-MEMORY_HISTORY_ENTRIES = 1_000_000  # FACTS.md §1: the ring buffer of torch.cuda.memory._record_memory_history
+# the ring buffer of torch.cuda.memory._record_memory_history, as large as CS336 assignment 2 makes it
+MEMORY_HISTORY_ENTRIES = 1_000_000
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -1,6 +1,6 @@
 """The CS336 assignment-2 Transformer LM (cs336-basics ``BasicsTransformerLM``), NVTX-annotated.
 
-Shapes and architecture follow FACTS.md §1: token embedding, pre-norm blocks
+Shapes and architecture follow CS336 assignment 2's reference model (cs336-basics BasicsTransformerLM): token embedding, pre-norm blocks
 (RMSNorm eps 1e-5 in fp32, causal multi-head attention with bias-free q/k/v/o
 projections and RoPE theta 10000, SwiGLU feed-forward), final RMSNorm, untied
 lm_head. Softmax and AdamW are written out by hand as in the reference, because
@@ -23,7 +23,7 @@ from workloads.common import nvtx_range
 
 VOCAB = 10_000
 
-# size: (d_model, d_ff, layers, heads); FACTS.md §1, plus "tiny" for CPU tests
+# size: (d_model, d_ff, layers, heads): CS336 assignment 2's model sizes, plus "tiny" for CPU tests
 SIZES: dict[str, tuple[int, int, int, int]] = {
     "tiny": (64, 128, 2, 4),
     "small": (768, 3072, 12, 12),

@@ -1,4 +1,4 @@
-"""Mixed-precision experiments and the warm-up study (CS336 assignment 2, FACTS.md §1).
+"""Mixed-precision experiments and the warm-up study (CS336 assignment 2: fp32 vs bf16 autocast, and timings after 0-5 warm-up steps).
 
 - ``accumulation()``: summing 0.01 a thousand times in float32 / float16 /
   mixed accumulators shows what low-precision accumulation loses.
