@@ -486,17 +486,20 @@ def _print_table(df, fmt: str) -> None:
             click.echo(render_table_md(df))
 
 
-@cli.command()
-@click.argument("path", type=click.Path(path_type=str))
-@click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
-@click.option(
+table_format_option = click.option(
     "--format",
     "fmt",
     type=click.Choice(["md", "csv", "json"]),
     default="md",
     show_default=True,
     help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
-)
+)  # the printing commands' (kernels, nvtx, api) output format
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
+@table_format_option
 @click.option("--by-shape", is_flag=True, help="One row per kernel name, grid and block, as nsys gpukernsum.")
 @click.option(
     "--base",
@@ -527,14 +530,7 @@ def kernels(path, top, fmt, by_shape, base):
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=30, show_default=True, help="Rows to print.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["md", "csv", "json"]),
-    default="md",
-    show_default=True,
-    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
-)
+@table_format_option
 def nvtx(path, top, fmt):
     """Print the NVTX ranges of one trace with their CPU time and projected GPU time.
 
@@ -558,14 +554,7 @@ def nvtx(path, top, fmt):
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--top", type=click.IntRange(1), default=20, show_default=True, help="Rows to print.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["md", "csv", "json"]),
-    default="md",
-    show_default=True,
-    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
-)
+@table_format_option
 def api(path, top, fmt):
     """Print the CUDA API calls (runtime and driver) of one trace by total CPU time (like nsys cudaapisum).
 
