@@ -323,17 +323,9 @@ def _record_torch(spec, work: Path, memory: bool) -> dict:
 
 def _record_plain(spec, work: Path, memory: bool) -> dict:
     """Backend none: the harness's timing only (and the snapshot, with ``memory``)."""
-    from workloads.harness import MemoryHistory, run_spec
+    from workloads.harness import run_spec_recording_memory
 
-    history = MemoryHistory(work / "memory.pickle" if memory else None, spec.device)
-    history.start()
-    try:
-        row = run_spec(spec)
-    finally:
-        history.stop()
-    if history.info:
-        row["memory_snapshot"] = history.info
-    return row
+    return run_spec_recording_memory(spec, work / "memory.pickle" if memory else None)
 
 
 def _record_nsys(spec, work: Path, memory: bool) -> dict:

@@ -274,14 +274,10 @@ def write_jsonl(rows: list[dict], path: Path) -> None:
             fh.write(json.dumps(r) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Time one RunSpec; write the result row as JSON.")
-    ap.add_argument("--spec", required=True, help="RunSpec fields as JSON")
-    ap.add_argument("--out", help="write the row here (JSON); stdout otherwise")
-    ap.add_argument("--memory", metavar="PICKLE", help="record the CUDA allocator's history; dump the snapshot here")
-    args = ap.parse_args(argv)
-    spec = RunSpec(**json.loads(args.spec))
-    history = MemoryHistory(args.memory, spec.device)
+def run_spec_recording_memory(spec: RunSpec, snapshot: str | Path | None) -> dict:
+    """``run_spec`` with the allocator's history recorded and dumped to ``snapshot`` (None: no recording);
+    the row says what was dumped (``memory_snapshot``)."""
+    history = MemoryHistory(snapshot, spec.device)
     history.start()
     try:
         row = run_spec(spec)
@@ -289,6 +285,17 @@ def main(argv: list[str] | None = None) -> int:
         history.stop()
     if history.info:
         row["memory_snapshot"] = history.info
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Time one RunSpec; write the result row as JSON.")
+    ap.add_argument("--spec", required=True, help="RunSpec fields as JSON")
+    ap.add_argument("--out", help="write the row here (JSON); stdout otherwise")
+    ap.add_argument("--memory", metavar="PICKLE", help="record the CUDA allocator's history; dump the snapshot here")
+    args = ap.parse_args(argv)
+    spec = RunSpec(**json.loads(args.spec))
+    row = run_spec_recording_memory(spec, args.memory)
     text = json.dumps(row)
     if args.out:
         Path(args.out).write_text(text)
