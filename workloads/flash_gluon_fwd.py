@@ -31,6 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from workloads.gluon_tiles import acc_layout, tile_order
 from workloads.triton_launch import capability, launch
 
 LOG2E = gl.constexpr(1.4426950408889634)
@@ -49,22 +50,6 @@ CONFIGS = {
 }
 DEFAULT = "n128"
 HEAD_GROUP = 2  # launch order: heads in groups of this many, longest tiles of a group first
-
-
-@gluon.constexpr_function
-def _acc_layout(cols):
-    """wgmma accumulator of a (64, cols) product on one warpgroup."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, cols, 16])
-
-
-@gluon.jit
-def _tile_order(pid, num_tiles, n_bh, HEAD_GROUP: gl.constexpr):
-    """Program id -> (query tile rank, head), heads in groups (as ``flash_triton._tile_order``)."""
-    group = pid // (num_tiles * HEAD_GROUP)
-    first = group * HEAD_GROUP
-    size = gl.minimum(n_bh - first, HEAD_GROUP)
-    r = pid - first * num_tiles
-    return r // size, first + r % size
 
 
 @gluon.jit
@@ -91,8 +76,8 @@ def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, S
     BN: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
-    s_layout: gl.constexpr = _acc_layout(BN)
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    s_layout: gl.constexpr = acc_layout(BN)
+    o_layout: gl.constexpr = acc_layout(HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     qk_scale = sm_scale * LOG2E
     if MASK:  # the diagonal tile: keys after the query are masked
@@ -119,7 +104,7 @@ def _scores(j, q_c, a, STAGES: gl.constexpr):
     BN: gl.constexpr = k_desc.block_type.shape[0]
     stage = j % STAGES
     mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
-    zero = gl.zeros([ROWS, BN], gl.float32, _acc_layout(BN))
+    zero = gl.zeros([ROWS, BN], gl.float32, acc_layout(BN))
     return warpgroup_mma(q_c, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
 
 
@@ -131,8 +116,8 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
     BN: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
-    s_layout: gl.constexpr = _acc_layout(BN)
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    s_layout: gl.constexpr = acc_layout(BN)
+    o_layout: gl.constexpr = acc_layout(HEAD_DIM)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([ROWS], gl.float32, row_layout)
@@ -184,7 +169,7 @@ def _flash_gluon_fwd_kernel(
     gl.static_assert(BM % BN == 0)
 
     num_m = N_CTX // BM
-    pid_m, pid_bh = _tile_order(gl.program_id(0), num_m, gl.num_programs(0) // num_m, HEAD_GROUP)
+    pid_m, pid_bh = tile_order(gl.program_id(0), num_m, gl.num_programs(0) // num_m, HEAD_GROUP)
     if IS_CAUSAL:
         pid_m = num_m - 1 - pid_m  # longest rows first
     start_m = pid_m * BM

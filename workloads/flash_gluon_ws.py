@@ -45,6 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from workloads.gluon_tiles import acc_layout, tile_order
 from workloads.triton_launch import capability, launch
 
 LOG2E = gl.constexpr(1.4426950408889634)
@@ -72,22 +73,6 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
     _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 
-@gluon.constexpr_function
-def _acc_layout(cols):
-    """wgmma accumulator of a (64, cols) product on one warpgroup."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, cols, 16])
-
-
-@gluon.jit
-def _tile_order(pid, num_tiles, n_bh, HEAD_GROUP: gl.constexpr):
-    """Program id -> (key tile, head), heads in groups (as ``flash_triton._tile_order``)."""
-    group = pid // (num_tiles * HEAD_GROUP)
-    first = group * HEAD_GROUP
-    size = gl.minimum(n_bh - first, HEAD_GROUP)
-    r = pid - first * num_tiles
-    return r // size, first + r % size
-
-
 @gluon.jit
 def _load_partition(a, STAGES: gl.constexpr):
     """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
@@ -112,7 +97,7 @@ def _dq_partition(a):
      kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-    layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    layout: gl.constexpr = acc_layout(HEAD_DIM)
     mbarrier.wait(kv_bar, 0)
     for i in range(num_m):
         b = i % 2
@@ -141,8 +126,8 @@ def _tile(
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
-    s_layout: gl.constexpr = _acc_layout(BM)
-    d_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    s_layout: gl.constexpr = acc_layout(BM)
+    d_layout: gl.constexpr = acc_layout(HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=d_layout, k_width=2)
     vec_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
@@ -202,7 +187,7 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
-    d_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    d_layout: gl.constexpr = acc_layout(HEAD_DIM)
     vec_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     offs = row0 + lo + gl.arange(0, BM, layout=vec_layout)
     lse = gl.load(L + offs)
@@ -213,7 +198,7 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
     k_a = k_smem.slice(C * KEYS, KEYS, dim=0)
     v_a = v_smem.slice(C * KEYS, KEYS, dim=0)
     if KV_REGS:  # this warpgroup's K and V tiles as the S and dP products' A operands, in registers for the program
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=_acc_layout(BM), k_width=2)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout(BM), k_width=2)
         k_a = k_a.load(a_layout)
         v_a = v_a.load(a_layout)
     first = 0
@@ -245,7 +230,7 @@ def _flash_ws_dkdv_kernel(
     gl.static_assert(BLOCK_N == 2 * KEYS)
 
     num_n = N_CTX // BLOCK_N
-    pid_n, pid_bh = _tile_order(gl.program_id(0), num_n, gl.num_programs(0) // num_n, HEAD_GROUP)
+    pid_n, pid_bh = tile_order(gl.program_id(0), num_n, gl.num_programs(0) // num_n, HEAD_GROUP)
     row0 = pid_bh * N_CTX
     start_n = pid_n * BLOCK_N
     lo = start_n if IS_CAUSAL else 0
