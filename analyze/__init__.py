@@ -5,14 +5,14 @@ imports nothing heavy (``Trace`` loads on first use), so a command line that nee
 ``InputError`` starts without pandas, which loads with the first reader.
 """
 
-from analyze.errors import InputError
+from profiler_kit.analyze.errors import InputError
 
 __all__ = ["InputError", "Trace"]
 
 
 def __getattr__(name: str):
     if name == "Trace":
-        from analyze.tables import Trace
+        from profiler_kit.analyze.tables import Trace
 
         return Trace
     raise AttributeError(f"module 'analyze' has no attribute {name!r}")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from analyze.stats import group_stats
+from profiler_kit.analyze.stats import group_stats
 
 # nsys 2022.4 drops a versioned entry point's suffix ("cudaLaunchKernel_v7000" -> "cudaLaunchKernel"): the
 # last six characters when they start with "_v".

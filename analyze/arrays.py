@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from analyze.tables import one_value, one_value_view
+from profiler_kit.analyze.tables import one_value, one_value_view
 
 
 def gather(values: np.ndarray, rows: np.ndarray) -> np.ndarray:

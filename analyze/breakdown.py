@@ -13,9 +13,8 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
-
-from analyze.api import summarize_api
-from analyze.arrays import (
+from profiler_kit.analyze.api import summarize_api
+from profiler_kit.analyze.arrays import (
     count_distinct,
     distinct_values,
     first_appearance_codes,
@@ -24,18 +23,18 @@ from analyze.arrays import (
     sum_by,
     take_rows,
 )
-from analyze.intervals import union_length
-from analyze.memops import summarize_memops
-from analyze.projection import (
+from profiler_kit.analyze.intervals import union_length
+from profiler_kit.analyze.memops import summarize_memops
+from profiler_kit.analyze.projection import (
     launches,
     project_nvtx,
     range_label,
     range_label_codes,
     summarize_projection,
 )
-from analyze.stats import group_stats
-from analyze.tables import Trace, one_value, one_value_view
-from analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
+from profiler_kit.analyze.stats import group_stats
+from profiler_kit.analyze.tables import Trace, one_value, one_value_view
+from profiler_kit.analyze.taxonomy import CATEGORIES, classify_kernels, classify_memops
 
 # A kernels row that stands for a whole CUDA graph launch (readers name it "[CUDA graph N]", CONTRACT).
 GRAPH_LAUNCH_NAME = re.compile(r"^\[cuda graph", re.IGNORECASE)

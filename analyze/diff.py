@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-
-from analyze.arrays import positions, sum_by
-from analyze.breakdown import PROJECTED_COLUMNS, gemm_vs_elementwise, range_name_codes, summarize_ranges
-from analyze.errors import InputError
-from analyze.projection import project_nvtx, range_label_codes
-from analyze.taxonomy import CATEGORIES
+from profiler_kit.analyze.arrays import positions, sum_by
+from profiler_kit.analyze.breakdown import PROJECTED_COLUMNS, gemm_vs_elementwise, range_name_codes, summarize_ranges
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.projection import project_nvtx, range_label_codes
+from profiler_kit.analyze.taxonomy import CATEGORIES
 
 # Ranges that are one training step each: "step", "train_step 3", "ProfilerStep#12", "iteration 4".
 STEP_PATTERN = re.compile(
@@ -153,7 +152,7 @@ def measure_trace(
 def _communication(ops: pd.DataFrame) -> pd.DataFrame:
     """Summary rows of communication kernels, summed over ranks (``summarize_rank_time``): their time (union),
     the part not hidden under compute, and the hidden share."""
-    from analyze.ranks import summarize_rank_time
+    from profiler_kit.analyze.ranks import summarize_rank_time
 
     ranks = summarize_rank_time(ops[ops["is_kernel"].to_numpy(dtype=bool)])
     comm, exposed = ranks["comm_ns"].sum(), ranks["exposed_comm_ns"].sum()

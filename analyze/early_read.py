@@ -30,8 +30,8 @@ import sys
 import threading
 from typing import NoReturn
 
-from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
-from analyze.nsys_schema import IntegerRead, fetch_integers, fetch_sql, output_columns, page_columns
+from profiler_kit.analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
+from profiler_kit.analyze.nsys_schema import IntegerRead, fetch_integers, fetch_sql, output_columns, page_columns
 
 ALIGN = mmap.ALLOCATIONGRANULARITY  # each column is mapped on its own, from an offset that is a multiple of this
 KEPT_HEAP_BYTES = 64 << 20  # well above the few MiB of scratch arrays one step of the page reader takes
@@ -47,7 +47,7 @@ def start(reads: list[IntegerRead]) -> dict[IntegerRead, EarlyRead]:
     """
     if not reads or sys.platform != "linux" or not hasattr(os, "memfd_create") or threading.active_count() > 1:
         return {}
-    import analyze.sqlite_pages  # noqa: F401  (numpy with it)
+    import profiler_kit.analyze.sqlite_pages  # noqa: F401  (numpy with it)
 
     opened: list[int] = []
     try:

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from analyze.projection import attribute
+from profiler_kit.analyze.projection import attribute
 
 # Hand-written AdamW of workloads.models, per parameter element, one kernel per op:
 # p*=(1-lr*wd) 2, m*=b1 2, m+=(1-b1)g 3, v*=b2 2, v+=(1-b2)g*g 4 (g read twice),

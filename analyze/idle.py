@@ -24,9 +24,8 @@ import re
 
 import numpy as np
 import pandas as pd
-
-from analyze.intervals import interval_union, union_length
-from analyze.tables import one_value
+from profiler_kit.analyze.intervals import interval_union, union_length
+from profiler_kit.analyze.tables import one_value
 
 NON_COMPUTE_CATEGORIES = ("communication",)  # kernels that do not compute (memcpy/memset are not kernels)
 KERNEL_WAIT_NS = (

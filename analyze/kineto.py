@@ -47,10 +47,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from analyze.errors import InputError
-from analyze.intervals import nesting_depth
-from analyze.tables import Trace
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.intervals import nesting_depth
+from profiler_kit.analyze.tables import Trace
 
 # Event category -> the table it feeds. Categories not named here (python_function, cuda_sync, flows...) are
 # only counted in meta["event_counts"].

@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from analyze.intervals import nesting_depth
-from analyze.kineto import _args, _bucket, _event_times, _frame, _ints, _load, _roles
-from analyze.tables import NVTX_RANGES, validate
+from profiler_kit.analyze.intervals import nesting_depth
+from profiler_kit.analyze.kineto import _args, _bucket, _event_times, _frame, _ints, _load, _roles
+from profiler_kit.analyze.tables import NVTX_RANGES, validate
 
 
 def op_label(name: str, dims) -> str:

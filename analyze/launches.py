@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from analyze.idle import stream_order
-from analyze.projection import launches
+from profiler_kit.analyze.idle import stream_order
+from profiler_kit.analyze.projection import launches
 
 # HTA's get_cuda_kernel_launch_stats looks only at these calls (nsys adds a version suffix: "_v7000").
 HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from analyze.stats import STAT_COLUMNS, group_stats
+from profiler_kit.analyze.stats import STAT_COLUMNS, group_stats
 
 MEMOP_COLUMNS = [
     "operation",

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-
-from analyze.memory_snapshot import BEFORE_TRACE, NO_FRAMES, USER_FRAME_SKIP, MemorySnapshot
+from profiler_kit.analyze.memory_snapshot import BEFORE_TRACE, NO_FRAMES, USER_FRAME_SKIP, MemorySnapshot
 
 KMIN_BLOCK = 512  # kMinBlockSize
 KSMALL_SIZE = 1 << 20  # kSmallSize: requests up to this go to the small pool

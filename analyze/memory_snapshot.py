@@ -28,10 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from analyze.errors import InputError
-from analyze.results import fields_problem
-from analyze.tables import MEMORY_BLOCKS, MEMORY_EVENTS, MEMORY_SEGMENTS, MEMORY_STACKS, empty, validate
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.results import fields_problem
+from profiler_kit.analyze.tables import MEMORY_BLOCKS, MEMORY_EVENTS, MEMORY_SEGMENTS, MEMORY_STACKS, empty, validate
 
 # Frames skipped when looking for the first user-code frame (first match wins).
 USER_FRAME_SKIP = (

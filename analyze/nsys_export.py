@@ -17,8 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from analyze.errors import InputError
-from analyze.files import replacing
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.files import replacing
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"

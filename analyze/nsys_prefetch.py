@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analyze.errors import InputError
-from analyze.nsys_schema import KERNEL_TABLE, LEAN_READS, Catalog, IntegerRead, adbc_sqlite, fetch_arrow
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.nsys_schema import KERNEL_TABLE, LEAN_READS, Catalog, IntegerRead, adbc_sqlite, fetch_arrow
 
 if TYPE_CHECKING:  # imported where used: a report imports this module before the fork in ``start``
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,7 +47,7 @@ class Prefetch:
         except (OSError, InputError):
             return
         if "pandas" not in sys.modules:  # a process with pandas (a test, a notebook) has no imports left to overlap
-            from analyze.early_read import start
+            from profiler_kit.analyze.early_read import start
 
             self.started.update(start([read for read in reads if read.root]))
         kernels = [read for read in reads if read.table == KERNEL_TABLE and read not in self.started]

@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyze.errors import InputError
+from profiler_kit.analyze.errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -291,7 +291,7 @@ def page_columns(read: IntegerRead, allocate=None) -> dict | None:
 
     ``allocate(rows)`` gives each column's int64 array (``sqlite_pages.read_integer_columns``).
     """
-    from analyze.sqlite_pages import read_integer_columns
+    from profiler_kit.analyze.sqlite_pages import read_integer_columns
 
     return read_integer_columns(Path(read.path), read.root, dict(read.positions), read.ncols, allocate)
 

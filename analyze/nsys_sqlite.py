@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
-
-from analyze.errors import InputError
-from analyze.heap import gc_paused
-from analyze.intervals import nesting_depth
-from analyze.nsys_schema import (
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.heap import gc_paused
+from profiler_kit.analyze.intervals import nesting_depth
+from profiler_kit.analyze.nsys_schema import (
     GRAPH_TRACE_COLUMNS,
     GRAPH_TRACE_TABLE,
     KERNEL_COLUMNS,
@@ -39,10 +38,10 @@ from analyze.nsys_schema import (
     fetch_arrow,
     fetch_integers,
 )
-from analyze.tables import KERNELS, Trace, one_value, with_columns
+from profiler_kit.analyze.tables import KERNELS, Trace, one_value, with_columns
 
 if TYPE_CHECKING:
-    from analyze.nsys_prefetch import Prefetch
+    from profiler_kit.analyze.nsys_prefetch import Prefetch
 
 SUPPORTED_SCHEMA_MAJOR = (2, 3)
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from analyze.arrays import (
+from profiler_kit.analyze.arrays import (
     count_distinct,
     distinct_values,
     expand_slices,
@@ -25,8 +24,8 @@ from analyze.arrays import (
     sum_by,
     take_rows,
 )
-from analyze.intervals import interval_union
-from analyze.tables import one_value, one_value_view
+from profiler_kit.analyze.intervals import interval_union
+from profiler_kit.analyze.tables import one_value, one_value_view
 
 # The (pid, correlation id) join looks ids up in a table when it would hold at most this many
 # slots per runtime row (16 int32 slots: 64 bytes, about a runtime row's own size); else it sorts.

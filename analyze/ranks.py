@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-
-from analyze.intervals import intersection_length, union_length
+from profiler_kit.analyze.intervals import intersection_length, union_length
 
 COMMUNICATION = "communication"
 

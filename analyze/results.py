@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
-
-from analyze.errors import InputError
+from profiler_kit.analyze.errors import InputError
 
 
 def read_jsonl(path: str | Path, fields: dict | None = None) -> pd.DataFrame:

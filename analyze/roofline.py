@@ -169,7 +169,7 @@ def op_gpu_time(cpu_ops: pd.DataFrame, runtime: pd.DataFrame, ops: pd.DataFrame)
     out = np.zeros(len(cpu_ops), dtype=np.int64)
     if cpu_ops.empty or runtime.empty or ops.empty:
         return out
-    from analyze.launches import launch_table
+    from profiler_kit.analyze.launches import launch_table
 
     launched = launch_table(ops, runtime)
     by_call = pd.DataFrame(

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from analyze.idle import stream_order
+from profiler_kit.analyze.idle import stream_order
 
 SEQUENCE_COLUMNS = ["length", "sequence", "occurrences", "total_ns", "share_frac", "kernels_ns_each"]
 

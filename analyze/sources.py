@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analyze.errors import InputError
-from analyze.tables import Trace
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.tables import Trace
 
 if TYPE_CHECKING:
-    from analyze.nsys_prefetch import Prefetch
+    from profiler_kit.analyze.nsys_prefetch import Prefetch
 
 SOURCE_RULES = (  # suffix, kind; first match wins
     (".nsys-rep", "nsys-report"),
@@ -82,7 +82,7 @@ def kind_of(path: Path) -> str | None:
 
 def _is_trace_json(path: Path) -> bool:
     """Does a JSON file found in a folder claim to be a trace (TRACE_JSON_HINTS)? Never raises."""
-    from analyze.kineto import looks_like_kineto
+    from profiler_kit.analyze.kineto import looks_like_kineto
 
     name = path.name.lower()
     if any(name.endswith(hint) for where, hint in TRACE_JSON_HINTS if where == "name"):
@@ -155,12 +155,12 @@ def read_trace(
     may hand the Trace over while an export's runtime table is still being read;
     ``prefetched``: reads of the export started early (``analyze.nsys_prefetch``).
     """
-    from analyze.nsys_sqlite import read_nsys_sqlite
+    from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
 
     def read_export(path: Path) -> Trace:
         if not cache:
             return read_nsys_sqlite(path, details, runtime_later, prefetched)
-        from analyze.trace_cache import read_cached
+        from profiler_kit.analyze.trace_cache import read_cached
 
         return read_cached(
             path, lambda: read_nsys_sqlite(path, details, runtime_later, prefetched), variant=f"details={details}"
@@ -169,13 +169,13 @@ def read_trace(
     if source.kind == "nsys-sqlite":
         return read_export(source.path)
     if source.kind == "nsys-report":
-        from analyze.nsys_export import export_report
+        from profiler_kit.analyze.nsys_export import export_report
 
         trace = read_export(export_report(source.path))
         trace.meta["source"] = str(source.path)
         return trace
     if source.kind == "kineto":
-        from analyze.kineto import read_kineto
+        from profiler_kit.analyze.kineto import read_kineto
 
         return read_kineto(source.path)
     raise InputError(f"{source.path}: a {source.kind} is not a trace")

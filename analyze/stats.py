@@ -10,8 +10,7 @@ nsys's bundled sqlite3: ``stdev`` of 1, 2, 3, 10 is 4.0825 (the population one w
 from __future__ import annotations
 
 import numpy as np
-
-from analyze.arrays import expand_slices, smallest_int
+from profiler_kit.analyze.arrays import expand_slices, smallest_int
 
 STAT_COLUMNS = ("count", "total", "avg", "med", "min", "max", "std")
 

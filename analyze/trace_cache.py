@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analyze.nsys_prefetch import Prefetch
-    from analyze.tables import Trace
+    from profiler_kit.analyze.nsys_prefetch import Prefetch
+    from profiler_kit.analyze.tables import Trace
 
 # numpy, pandas and pyarrow (and hashlib, shutil, tempfile) are imported where used: ``cache_dir``,
 # MIN_EXPORT_BYTES and ``prefetch_uncached`` serve a command line that has not loaded them yet, and
@@ -112,8 +112,7 @@ def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Tra
 def _load(folder: Path, key: dict) -> Trace | None:
     import numpy as np
     import pyarrow as pa
-
-    from analyze.tables import SCHEMAS, Trace, with_columns
+    from profiler_kit.analyze.tables import SCHEMAS, Trace, with_columns
 
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
@@ -139,8 +138,7 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
     """
     import numpy as np
     import pyarrow as pa
-
-    from analyze.tables import SCHEMAS, one_value
+    from profiler_kit.analyze.tables import SCHEMAS, one_value
 
     parent = folder.parent
     if not parent.stat().st_mode & 0o222:  # a folder marked read-only stays untouched, even for root
@@ -170,8 +168,7 @@ def _write(folder: Path, arrow_tables: Callable[[], tuple[dict, dict]]) -> None:
     import tempfile
 
     import pyarrow as pa
-
-    from analyze.errors import InputError
+    from profiler_kit.analyze.errors import InputError
 
     parent, tmp = folder.parent, None
     try:

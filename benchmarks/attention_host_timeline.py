@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         ft = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(ft)
     else:
-        from workloads import flash_triton as ft
+        from profiler_kit.workloads import flash_triton as ft
 
     n, d, h = args.seq, args.d_head, args.heads
     q, k, v = (torch.randn(1, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))

@@ -168,10 +168,9 @@ DKDV_REGS = "_flash_bwd_dkdv_kernel_regs_spills"  # regs() key of the dK/dV kern
 def dkdv_alone(q, k, v, do, o, lse, config, opts):
     """The dK/dV kernel of ``backward_kernels`` without any dQ work (``DQ_MODE`` 0), for timing only."""
     import triton
+    from profiler_kit.workloads import flash_triton as ft
+    from profiler_kit.workloads.triton_launch import launch
     from triton.tools.tensor_descriptor import TensorDescriptor
-
-    from workloads import flash_triton as ft
-    from workloads.triton_launch import launch
 
     bh, n, d = q.shape
     delta = torch.zeros((bh, n), dtype=torch.float32, device=q.device)
@@ -214,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
             fn()
             return (time.perf_counter() - start) * 1e3
 
-    from workloads import flash_triton
-    from workloads.flash_triton import backward_kernels, forward_kernels
-    from workloads.triton_launch import LAST_COMPILED
+    from profiler_kit.workloads import flash_triton
+    from profiler_kit.workloads.flash_triton import backward_kernels, forward_kernels
+    from profiler_kit.workloads.triton_launch import LAST_COMPILED
 
     def regs() -> dict:
         """Registers and spills of the kernels the last fixed-config launch compiled (compiler's figures)."""
@@ -394,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             chosen[key].append(FALLBACK)
     emit({"what": "chosen", **chosen})
     env = {**os.environ, "FLASH_TRITON_CONFIGS": json.dumps(chosen), "TRITON_PRINT_AUTOTUNING": "1"}
-    bench_cmd = [sys.executable, "-m", "workloads.attention_bench"]
+    bench_cmd = [sys.executable, "-m", "profiler_kit.workloads.attention_bench"]
     lead = ["--impl", "triton", "sdpa", "--d-head", str(d), "--seq", str(n), "--causal", "--warmup", "200",
             "--rep", "2000", "--out", str(out_dir / f"{args.tag}_lead.jsonl")]  # fmt: skip
     checks = [
@@ -403,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         ["--check", "--impl", "triton", "--d-head", str(d), "--seq", "777", "--out", str(out_dir / f"{args.tag}_check.jsonl")],
     ]  # fmt: skip
     for extra in [lead, *checks] if dev == "cuda" else []:
-        print("$ FLASH_TRITON_CONFIGS='" + env["FLASH_TRITON_CONFIGS"] + "' python -m workloads.attention_bench "
+        print("$ FLASH_TRITON_CONFIGS='" + env["FLASH_TRITON_CONFIGS"] + "' python -m profiler_kit.workloads.attention_bench "
               + " ".join(extra), file=sys.stderr, flush=True)  # fmt: skip
         subprocess.run(bench_cmd + extra, env=env, check=False)
     return 0

@@ -20,12 +20,14 @@
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/attention}
 mkdir -p "$OUT"
+# workloads/ installs as profiler_kit.workloads (setup.cfg); install the checkout once where it is not yet
+python3 -c 'import profiler_kit.workloads' 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e .
 case "${1:-}" in
   sweep | quick)
     FLAG=$([ "$1" = quick ] && echo --quick || echo --sweep)
     rm -f "$OUT/$1.jsonl"
     python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)'
-    python3 -m workloads.attention_bench $FLAG --out "$OUT/$1.jsonl" | tee "$OUT/$1.md"
+    python3 -m profiler_kit.workloads.attention_bench $FLAG --out "$OUT/$1.jsonl" | tee "$OUT/$1.md"
     exit "${PIPESTATUS[0]}"
     ;;
 esac
@@ -35,7 +37,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_flash_gluon_ws.py 2>&1 | tail -3
 
-B="python3 -m workloads.attention_bench"
+B="python3 -m profiler_kit.workloads.attention_bench"
 LEAD="--d-head 64 --seq 16384 --causal --warmup 200 --rep 2000 --out $OUT/lead.jsonl"
 timeout 100 $B --impl triton sdpa $LEAD 2>>"$OUT/log.txt"
 timeout 100 $B --impl sdpa triton $LEAD 2>>"$OUT/log.txt"

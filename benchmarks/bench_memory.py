@@ -56,8 +56,9 @@ def replicate(data: dict, events: int) -> dict:
 
 
 def side_ours(path: Path) -> dict:
-    from analyze.memory import analyze_snapshot
-    from analyze.memory_snapshot import read_memory_snapshot
+    from profiler_kit.analyze.memory import analyze_snapshot
+    from profiler_kit.analyze.memory_snapshot import read_memory_snapshot
+
     from profiler_kit.build_memory import build_memory_report
     from profiler_kit.output import render_report_files
 
@@ -134,9 +135,8 @@ def main() -> int:
         result = side_ours(args.file) if args.side == "ours" else side_torch(args.file, args.with_trace)
         print(json.dumps(result))
         return 0
+    from profiler_kit.analyze.memory_snapshot import load_snapshot_dict
     from torch.cuda._memory_viz import Bytes
-
-    from analyze.memory_snapshot import load_snapshot_dict
 
     with tempfile.TemporaryDirectory() as tmp:
         big = Path(tmp) / "big.pickle"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from analyze.trace_cache import cache_dir  # noqa: E402  (imports nothing heavy)
+from profiler_kit.analyze.trace_cache import cache_dir  # noqa: E402  (imports nothing heavy)
 
 SHIFTED = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -127,8 +127,8 @@ STAGES = """
 import sys, time
 from pathlib import Path
 marks = [time.perf_counter()]
-from analyze.breakdown import analyze_trace
-from analyze.sources import Source, read_trace
+from profiler_kit.analyze.breakdown import analyze_trace
+from profiler_kit.analyze.sources import Source, read_trace
 from profiler_kit.build import REPORT_TABLES, TraceResult, build_report
 from profiler_kit.output import render_report_files
 marks.append(time.perf_counter())

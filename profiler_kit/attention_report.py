@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyze.errors import InputError
-from analyze.results import NUMBER, fields_problem
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.results import NUMBER, fields_problem
 from profiler_kit.output import render_report_files, write_files
 from profiler_kit.report import Figure, Report, Section, Table
 

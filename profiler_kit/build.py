@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyze.breakdown import TABLES, gemm_vs_elementwise
-from analyze.range_groups import group_numbered_ranges
+from profiler_kit.analyze.breakdown import TABLES, gemm_vs_elementwise
+from profiler_kit.analyze.range_groups import group_numbered_ranges
 from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
@@ -485,7 +485,7 @@ def label_for(path, roots) -> str:
 
 def memory_counter_tables(trace) -> dict[str, pd.DataFrame]:
     """The allocator counters' peaks and timeline, times from the trace's first event."""
-    from analyze.memory_counters import memory_counter_timeline, summarize_memory_counters, trace_start_ns
+    from profiler_kit.analyze.memory_counters import memory_counter_timeline, summarize_memory_counters, trace_start_ns
 
     counters = trace.memory_counters
     start = trace_start_ns(
@@ -531,11 +531,11 @@ def memory_counters_section(res: TraceResult) -> Section:
 
 def analyze_source(src, label: str, cache: bool = False, prefetched=None) -> TraceResult:
     """Read and analyse one trace source, reduced to the small tables a report shows (raises READ_ERRORS)."""
-    from analyze.arrays import distinct_values
-    from analyze.breakdown import analyze_trace
-    from analyze.ranks import summarize_rank_time
-    from analyze.sources import read_trace
-    from analyze.tables import one_value_view
+    from profiler_kit.analyze.arrays import distinct_values
+    from profiler_kit.analyze.breakdown import analyze_trace
+    from profiler_kit.analyze.ranks import summarize_rank_time
+    from profiler_kit.analyze.sources import read_trace
+    from profiler_kit.analyze.tables import one_value_view
 
     trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
     tables = analyze_trace(trace, REPORT_TABLES)
@@ -571,7 +571,7 @@ def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
     result = analyze_source(*item, cache=cache)
     if not cache:
         return result, []
-    from analyze.trace_cache import finish_writes
+    from profiler_kit.analyze.trace_cache import finish_writes
 
     return result, finish_writes()
 

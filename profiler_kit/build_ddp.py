@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyze.errors import InputError
-from analyze.ranks import (
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.ranks import (
     compare_variants,
     concat_ranks,
     ddp_scaling,
@@ -29,8 +29,8 @@ from analyze.ranks import (
     summarize_steps,
     with_ranks,
 )
-from analyze.results import ALLREDUCE_FIELDS, DDP_STEP_FIELDS, read_jsonl
-from analyze.tables import Trace
+from profiler_kit.analyze.results import ALLREDUCE_FIELDS, DDP_STEP_FIELDS, read_jsonl
+from profiler_kit.analyze.tables import Trace
 from profiler_kit.report import Figure, Report, Section, Table, slug
 
 RANK_FILE = re.compile(r"^(?P<label>.+)_rank(?P<rank>\d+)\.json(\.gz)?$")
@@ -47,15 +47,15 @@ class DdpInputs:
 
 
 def _classify(trace: Trace) -> pd.DataFrame:
-    from analyze.taxonomy import classify_kernels
+    from profiler_kit.analyze.taxonomy import classify_kernels
 
     return classify_kernels(trace.kernels)
 
 
 def load_ddp_inputs(folder: Path) -> DdpInputs:
     """Read every result file under ``folder``; InputError when there is none."""
-    from analyze.kineto import read_kineto
-    from analyze.nsys_sqlite import read_nsys_sqlite
+    from profiler_kit.analyze.kineto import read_kineto
+    from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
 
     folder = Path(folder)
     if not folder.is_dir():

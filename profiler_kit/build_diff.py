@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyze.diff import (
+from profiler_kit.analyze.diff import (
     MIN_BOOTSTRAP,
     RESAMPLES,
     Measures,
@@ -20,7 +20,7 @@ from analyze.diff import (
     measure_sweep,
     measure_trace,
 )
-from analyze.errors import InputError
+from profiler_kit.analyze.errors import InputError
 from profiler_kit.render.units import compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -39,10 +39,10 @@ def load_side(
     Several traces (repeats, ranks) are combined into their mean per file, the files its instances
     (``analyze.diff.combine``); so are several snapshots. Returns the measures and the files read.
     """
-    from analyze.breakdown import analyze_trace
-    from analyze.memory import analyze_snapshot
-    from analyze.memory_snapshot import read_memory_snapshot
-    from analyze.sources import TRACE_KINDS, discover, read_trace
+    from profiler_kit.analyze.breakdown import analyze_trace
+    from profiler_kit.analyze.memory import analyze_snapshot
+    from profiler_kit.analyze.memory_snapshot import read_memory_snapshot
+    from profiler_kit.analyze.sources import TRACE_KINDS, discover, read_trace
     from profiler_kit.build_sweep import find_run_dirs, load_runs, run_size
 
     parts, files = [], []
@@ -83,9 +83,9 @@ def load_side(
 
 def _op_rows(path: Path, trace, ops: pd.DataFrame) -> pd.DataFrame:
     """Rows of ``measure_ops`` for one Kineto trace."""
-    from analyze.breakdown import op_ids
-    from analyze.kineto_ops import read_kineto_ops
-    from analyze.projection import launches
+    from profiler_kit.analyze.breakdown import op_ids
+    from profiler_kit.analyze.kineto_ops import read_kineto_ops
+    from profiler_kit.analyze.projection import launches
 
     return measure_ops(read_kineto_ops(path), ops, launches(op_ids(trace), trace.runtime))
 
@@ -351,7 +351,7 @@ def run_diff(
 
     ``ops`` None: the op level only when kernels matched by name hold under half of a side's kernel time.
     """
-    from analyze.diff import compare, evaluate_rules, matched_share, status_changes
+    from profiler_kit.analyze.diff import compare, evaluate_rules, matched_share, status_changes
 
     base_side, base_files = load_side(base, options, cache=cache, ops=bool(ops), prefetched=prefetched)
     new_side, new_files = load_side(new, options, cache=cache, ops=bool(ops), prefetched=prefetched)

@@ -11,16 +11,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 
-from analyze.arrays import distinct_values
-from analyze.breakdown import phase_ranges
-from analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
-from analyze.copies import copy_bandwidth
-from analyze.findings import rank_findings
-from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
-from analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
-from analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
-from analyze.sequences import kernel_sequences
-from analyze.tables import Trace, one_value_view
+from profiler_kit.analyze.arrays import distinct_values
+from profiler_kit.analyze.breakdown import phase_ranges
+from profiler_kit.analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
+from profiler_kit.analyze.copies import copy_bandwidth
+from profiler_kit.analyze.findings import rank_findings
+from profiler_kit.analyze.idle import (
+    idle_breakdown,
+    idle_totals,
+    step_ranges,
+    step_windows,
+    temporal_breakdown,
+    temporal_by_step,
+)
+from profiler_kit.analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
+from profiler_kit.analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
+from profiler_kit.analyze.sequences import kernel_sequences
+from profiler_kit.analyze.tables import Trace, one_value_view
 from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
 
@@ -94,7 +101,7 @@ def roofline(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
 def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     """The trace's communication kernels with their rank: Kineto's own rank (distributedInfo.rank) when
     the trace has one, else the processes numbered as ``analyze.ranks.rank_of_pid`` numbers them."""
-    from analyze.ranks import rank_of_pid
+    from profiler_kit.analyze.ranks import rank_of_pid
 
     rank = trace.meta.get("rank")
     if isinstance(rank, int) and rank >= 0:

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.errors import InputError
-from analyze.memory import (
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.memory import (
     CATEGORIES,
     CATEGORY_RULES,
     NEVER,
@@ -29,7 +29,7 @@ from analyze.memory import (
     summarize_live_by,
     timeline_by,
 )
-from analyze.memory_snapshot import (
+from profiler_kit.analyze.memory_snapshot import (
     LAYOUTS,
     RECORD_HOW,
     SNAPSHOT_SUFFIXES,
@@ -90,7 +90,7 @@ def load_snapshots(
     ``<run_id>/memory.pickle``, the folder's name). Labels are made unique.
     ``skip(path, error)``, when given, takes each snapshot that cannot be read, which is left out.
     """
-    from analyze.sources import READ_ERRORS
+    from profiler_kit.analyze.sources import READ_ERRORS
 
     if labels and len(labels) != len(paths):
         raise InputError(f"{len(labels)} labels given for {len(paths)} snapshots; give one --label per snapshot")

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.breakdown import gemm_vs_elementwise, gpu_ops, summarize_categories
-from analyze.flops import (
+from profiler_kit.analyze.breakdown import gemm_vs_elementwise, gpu_ops, summarize_categories
+from profiler_kit.analyze.flops import (
     ADAMW_KERNELS_PER_TENSOR,
     adamw_bytes,
     gemm_peak_key,
@@ -23,8 +23,8 @@ from analyze.flops import (
     rate,
     step_flops,
 )
-from analyze.projection import launches, project_nvtx, summarize_projection
-from analyze.results import CALIBRATION_FIELDS, RUN_FIELDS, read_json_fields
+from profiler_kit.analyze.projection import launches, project_nvtx, summarize_projection
+from profiler_kit.analyze.results import CALIBRATION_FIELDS, RUN_FIELDS, read_json_fields
 from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
 
@@ -196,10 +196,10 @@ def read_run_trace(run_dir: Path, meta: dict | None = None):
         if not path.exists():
             continue
         if path.suffix == ".sqlite":
-            from analyze.nsys_sqlite import read_nsys_sqlite
+            from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
 
             return read_nsys_sqlite(path)
-        from analyze.kineto import read_kineto
+        from profiler_kit.analyze.kineto import read_kineto
 
         return read_kineto(path)
     return None

@@ -23,7 +23,7 @@ try:
     with importing():
         import click
 
-        from analyze.errors import InputError
+        from profiler_kit.analyze.errors import InputError
 except KeyboardInterrupt:  # Ctrl-C while the command starts: the line and exit code of later (Interrupted)
     sys.stderr.write("Error: interrupted (Ctrl-C)\n")
     raise SystemExit(130) from None
@@ -219,7 +219,7 @@ class Skips:
         self.skipped = []
 
     def __call__(self, path: Path, err: BaseException) -> None:
-        from analyze.sources import Skipped
+        from profiler_kit.analyze.sources import Skipped
 
         if caused_by_ctrl_c(err):
             raise KeyboardInterrupt
@@ -254,7 +254,7 @@ RUN_TRACES = ("trace.json.gz", "trace.sqlite")  # what build_sweep.read_run_trac
 def readable_runs(run_dirs: list[Path], skips: Skips) -> list[Path]:
     """The record folders the sweep tables can use: run.json readable (else a skipped input) and the trace
     not skipped already (the sweep tables read both again; a run whose trace failed is left out of them)."""
-    from analyze.sources import READ_ERRORS
+    from profiler_kit.analyze.sources import READ_ERRORS
     from profiler_kit.build_sweep import load_runs
 
     failed = {Path(s.path).parent for s in skips.skipped if Path(s.path).name in RUN_TRACES}
@@ -399,12 +399,12 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
     prefetched = None
     if len(paths) == 1 and scheduler is None:  # one big export: its reading starts now, beside the imports below
         with importing():  # the early read imports numpy before it forks its reader
-            from analyze.nsys_prefetch import Prefetch
-            from analyze.trace_cache import prefetch_uncached
+            from profiler_kit.analyze.nsys_prefetch import Prefetch
+            from profiler_kit.analyze.trace_cache import prefetch_uncached
 
             prefetched = prefetch_uncached(Path(paths[0]), Prefetch(), cache=not no_cache)
     with importing():
-        from analyze.sources import TRACE_KINDS, discover
+        from profiler_kit.analyze.sources import TRACE_KINDS, discover
         from profiler_kit.build import analyze_sources, build_report
         from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
         from profiler_kit.output import render_report_files
@@ -449,7 +449,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     write_report(out_dir, files)
     if not no_cache:
-        from analyze.trace_cache import finish_writes
+        from profiler_kit.analyze.trace_cache import finish_writes
 
         for folder in [*cached, *finish_writes()]:
             click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
@@ -459,7 +459,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
 def _read_one(path: str, details: bool = False):
     """The Trace of one trace file (``details``: launch shapes and short kernel names too)."""
     with importing():
-        from analyze.sources import Source, kind_of, read_trace
+        from profiler_kit.analyze.sources import Source, kind_of, read_trace
 
     kind = kind_of(Path(path))
     if kind not in ("nsys-sqlite", "nsys-report", "kineto"):
@@ -469,7 +469,7 @@ def _read_one(path: str, details: bool = False):
 
 def _one_trace(path: str):
     with importing():
-        from analyze.breakdown import analyze_trace
+        from profiler_kit.analyze.breakdown import analyze_trace
 
     return analyze_trace(_read_one(path))
 
@@ -520,7 +520,7 @@ def kernels(path, top, fmt, by_shape, base):
         _print_table(_one_trace(path)["kernels"].head(top), fmt)
         return
     with importing():
-        from analyze.breakdown import summarize_kernel_shapes
+        from profiler_kit.analyze.breakdown import summarize_kernel_shapes
 
     trace = _read_one(path, details=True)
     name = "name" if base else "demangled_name"
@@ -565,7 +565,7 @@ def api(path, top, fmt):
     Example: profiler-kit api run.sqlite --top 10
     """
     with importing():
-        from analyze.api import summarize_api
+        from profiler_kit.analyze.api import summarize_api
 
     table = summarize_api(_read_one(path).runtime, top=top)
     if table.empty:
@@ -760,7 +760,7 @@ def record(
         return
     from profiler_kit.run import RecordError
     from profiler_kit.run import record as record_run
-    from workloads.models import RunSpec
+    from profiler_kit.workloads.models import RunSpec
 
     if workload == "attention":
         spec_kw = {
@@ -884,8 +884,8 @@ def sweep(
 def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     """Distributed results: all-reduce bandwidth, DDP step time per variant, cross-rank GPU time.
 
-    FOLDER holds allreduce_*.jsonl (python -m workloads.distributed), ddp_*.jsonl
-    or ddp.jsonl (python -m workloads.ddp_train) and per-rank traces <label>_rank<r>.json.gz
+    FOLDER holds allreduce_*.jsonl (python -m profiler_kit.workloads.distributed), ddp_*.jsonl
+    or ddp.jsonl (python -m profiler_kit.workloads.ddp_train) and per-rank traces <label>_rank<r>.json.gz
     (profiler-kit record ddp, in any subfolder); multi-rank nsys exports (.sqlite)
     are read too. Per rank: communication (NCCL) vs compute vs idle GPU time and
     the share of communication hidden under compute; slowest rank per step; one
@@ -906,7 +906,7 @@ class DiffCommand(Command):
     """The diff command, whose help ends with the --fail-on grammar (imported only when help is shown)."""
 
     def format_epilog(self, ctx, formatter):
-        from analyze.diff import RULE_GRAMMAR
+        from profiler_kit.analyze.diff import RULE_GRAMMAR
 
         formatter.write_paragraph()
         formatter.write_text("FAIL-ON RULES")
@@ -961,14 +961,14 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
     with importing():  # big exports start being read now, beside the imports below (as report does)
-        from analyze.nsys_prefetch import Prefetch
-        from analyze.trace_cache import prefetch_uncached
+        from profiler_kit.analyze.nsys_prefetch import Prefetch
+        from profiler_kit.analyze.trace_cache import prefetch_uncached
 
         prefetched = Prefetch()
         for path in (base, new):
             prefetch_uncached(Path(path), prefetched, cache=not no_cache)
     with importing():
-        from analyze.diff import parse_rule
+        from profiler_kit.analyze.diff import parse_rule
         from profiler_kit.build_diff import gate_lines, run_diff
         from profiler_kit.output import render_report_files
 

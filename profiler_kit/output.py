@@ -14,7 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from analyze.files import new_file_mode
+from profiler_kit.analyze.files import new_file_mode
 from profiler_kit.render.data import render_tables
 from profiler_kit.render.html import plotly_available, render_html
 from profiler_kit.render.markdown import render_markdown

@@ -20,8 +20,8 @@ import pickle
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from analyze.errors import InputError
-from analyze.sources import READ_ERRORS
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.sources import READ_ERRORS
 
 # Below this many bytes of input the default stays in this process. A local cluster's fixed cost, measured on a
 # 2-core machine under load ~9: 4.2 s to start, 2.2 s to close, ~3 CPU-s per spawned worker to import pandas and

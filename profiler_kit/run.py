@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analyze.files import write_atomic
+from profiler_kit.analyze.files import write_atomic
 
 BACKENDS = ("auto", "nsys", "torch", "none")
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -270,7 +270,7 @@ def matmul_settings() -> dict:
 
 def load_or_measure_calibration(out_dir: Path, device: str, measure: bool) -> dict | None:
     """This GPU's calibration: measured when asked (and cached in out_dir), else the cached one if it matches."""
-    from workloads.calibrate import calibrate
+    from profiler_kit.workloads.calibrate import calibrate
 
     cache = Path(out_dir) / CALIBRATION_FILE
     cached = json.loads(cache.read_text()) if cache.exists() else None
@@ -294,7 +294,7 @@ def _record_torch(spec, work: Path, memory: bool) -> dict:
     """Unprofiled timing, then ``spec.steps`` more steps under torch.profiler on the warm workload."""
     import torch
 
-    from workloads.harness import MemoryHistory, measure, run_spec, summarize
+    from profiler_kit.workloads.harness import MemoryHistory, measure, run_spec, summarize
 
     cuda = spec.device.startswith("cuda")
     history = MemoryHistory(work / "memory.pickle" if memory else None, spec.device)
@@ -323,7 +323,7 @@ def _record_torch(spec, work: Path, memory: bool) -> dict:
 
 def _record_plain(spec, work: Path, memory: bool) -> dict:
     """Backend none: the harness's timing only (and the snapshot, with ``memory``)."""
-    from workloads.harness import run_spec_recording_memory
+    from profiler_kit.workloads.harness import run_spec_recording_memory
 
     return run_spec_recording_memory(spec, work / "memory.pickle" if memory else None)
 
@@ -338,7 +338,7 @@ def _record_nsys(spec, work: Path, memory: bool) -> dict:
     spec_json = json.dumps(spec.to_dict())
     plain = work / "harness_unprofiled.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "workloads.harness", "--spec", spec_json, "--out", str(plain)],
+        [sys.executable, "-m", "profiler_kit.workloads.harness", "--spec", spec_json, "--out", str(plain)],
         capture_output=True,
         text=True,
         env=workload_env(),
@@ -356,7 +356,7 @@ def _record_nsys(spec, work: Path, memory: bool) -> dict:
             }
         return row
     profiled = work / "harness_profiled.json"
-    cmd = [sys.executable, "-m", "workloads.harness", "--spec", spec_json, "--out", str(profiled)]
+    cmd = [sys.executable, "-m", "profiler_kit.workloads.harness", "--spec", spec_json, "--out", str(profiled)]
     if memory:
         cmd += ["--memory", str(work / "memory.pickle")]
     nsys_profile(cmd, work / "trace", cuda=cuda)
@@ -517,7 +517,7 @@ def _overhead(meta: dict) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for one sweep cell in a fresh process: ``python -m profiler_kit.run --spec JSON``."""
-    from workloads.models import RunSpec
+    from profiler_kit.workloads.models import RunSpec
 
     ap = argparse.ArgumentParser(description="Record one RunSpec (a sweep cell).")
     ap.add_argument("--spec", required=True)

@@ -34,7 +34,15 @@ def ddp_command(
 ) -> list[str]:
     """The torchrun command line ``record_ddp`` runs (exposed so it can be shown and tested)."""
     spec = f"{variant}:{bucket_mb:g}" if variant in ("bucketed", "torch") else variant
-    cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "-m", "workloads.ddp_train"]
+    cmd = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "profiler_kit.workloads.ddp_train",
+    ]
     cmd += ["--size", size, "--ctx", str(ctx), "--batch", str(batch), "--variants", spec]
     cmd += ["--warmup", str(warmup), "--steps", str(steps), "--device", device]
     if out_dir is not None:

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from analyze.files import write_atomic
+from profiler_kit.analyze.files import write_atomic
 from profiler_kit.run import CALIBRATION_FILE, RecordError, output_tail, workload_env
 
 FLAT_PHASES = ("forward", "backward", "optimizer", "step_wall")
@@ -30,7 +30,7 @@ FLAT_PHASES = ("forward", "backward", "optimizer", "step_wall")
 
 def grid(sizes, ctxs, modes, precisions, **common) -> list:
     """The RunSpecs of the grid, ordered size, precision, mode, then ascending context."""
-    from workloads.models import RunSpec
+    from profiler_kit.workloads.models import RunSpec
 
     cells = itertools.product(sizes, precisions, modes, sorted(ctxs))
     return [RunSpec(size=s, precision=p, mode=m, ctx=c, **common) for s, p, m, c in cells]
@@ -78,7 +78,7 @@ def measure_calibration(out_dir: Path, device: str, timeout: int = 600) -> Path:
     """Run workloads.calibrate for ``device`` in a subprocess; its JSON lands in ``out_dir/calibration.json``."""
     out = Path(out_dir) / CALIBRATION_FILE
     tmp = out.with_name(f".{out.name}.tmp")
-    cmd = [sys.executable, "-m", "workloads.calibrate", "--device", device, "--out", str(tmp)]
+    cmd = [sys.executable, "-m", "profiler_kit.workloads.calibrate", "--device", device, "--out", str(tmp)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=workload_env(), timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -159,7 +159,7 @@ def flat_result(meta: dict) -> dict:
 
 def results_markdown(rows: list[dict]) -> str:
     """A markdown table of the flat rows: ms to 2 decimals, GiB to 2, OOM cells marked."""
-    from workloads.harness import md_table
+    from profiler_kit.workloads.harness import md_table
 
     cols = ["size", "ctx", "mode", "precision", "status"]
     cols += [f"{p}_ms_mean" for p in FLAT_PHASES] + ["profiled_step_wall_ms_mean", "profiling_overhead_frac"]

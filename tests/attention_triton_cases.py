@@ -14,14 +14,14 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("run through tests/test_attention.py (needs TRITON_INTERPRET=1)", allow_module_level=True)
 
 import torch  # noqa: E402
-
-from tests.attention_reference import reference_attention  # noqa: E402
-from workloads.flash_triton import (  # noqa: E402
+from profiler_kit.workloads.flash_triton import (  # noqa: E402
     FlashAttention2Triton,
     backward_kernels,
     forward_kernels,
     triton_forward,
 )
+
+from tests.attention_reference import reference_attention  # noqa: E402
 
 
 @pytest.mark.parametrize("seq", [16, 37, 80])

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analyze.memory_snapshot import load_snapshot_dict  # noqa: E402
+from profiler_kit.analyze.memory_snapshot import load_snapshot_dict  # noqa: E402
 
 ODD_VALUES = ["x", None, [], {}, -1, 1e300, True, 2**70, float("nan")]
 SQL_EDITS = {

@@ -75,7 +75,7 @@ def write(path: Path, data, gz: bool = False) -> Path:
 
 def load_fixture(path: Path) -> dict:
     """A committed fixture as a plain dict (trusted: recorded by benchmarks/gpu_memory_snapshot.py)."""
-    from analyze.memory_snapshot import load_snapshot_dict
+    from profiler_kit.analyze.memory_snapshot import load_snapshot_dict
 
     return load_snapshot_dict(path)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from profiler_kit.analyze.breakdown import TABLES, analyze_trace
+from profiler_kit.analyze.sources import discover, read_trace
 
-from analyze.breakdown import TABLES, analyze_trace
-from analyze.sources import discover, read_trace
 from tests.conftest import FIXTURES, ROOT, shared_files
 
 TRACES = [

@@ -8,13 +8,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+import profiler_kit.analyze.tables as tables
 import pytest
+from profiler_kit.analyze.breakdown import TABLES, analyze_trace
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.sources import Source, read_trace
+from profiler_kit.analyze.tables import SCHEMAS, Trace
 
-import analyze.tables as tables
-from analyze.breakdown import TABLES, analyze_trace
-from analyze.errors import InputError
-from analyze.sources import Source, read_trace
-from analyze.tables import SCHEMAS, Trace
 from profiler_kit.build import REPORT_TABLES
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz"
@@ -90,7 +90,7 @@ def test_an_empty_table_is_what_validate_makes_of_no_rows(name):
 
 
 def test_a_queued_job_is_taken_back_when_not_started_else_waited_for():
-    from analyze.breakdown import taken_back
+    from profiler_kit.analyze.breakdown import taken_back
 
     release = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as pool:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from profiler_kit.workloads.attention import IMPLS, attention_naive, attention_step, get_impl
+from profiler_kit.workloads.attention_bench import attention_flops
+from profiler_kit.workloads.flash_pytorch import FlashAttention2PyTorch, flash_forward
 
 from tests.attention_reference import reference_attention
-from workloads.attention import IMPLS, attention_naive, attention_step, get_impl
-from workloads.attention_bench import attention_flops
-from workloads.flash_pytorch import FlashAttention2PyTorch, flash_forward
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,7 +108,7 @@ def test_triton_kernels_in_interpreter():
 
 
 def test_side_by_side_table_speedups():
-    from workloads.attention_bench import side_by_side
+    from profiler_kit.workloads.attention_bench import side_by_side
 
     def row(impl, fwd, bwd, both):
         return {"impl": impl, "dtype": "bfloat16", "d_head": 128, "causal": True, "seq": 4096, "status": "ok",
@@ -144,7 +144,7 @@ def _cuda_sm90() -> bool:
 def test_triton_gqa_on_gpu_within_sdpa_error(d, causal, dtype):
     """GQA (8 query heads on 2 K/V heads) on the default backward: errors against fp32 math attention at most
     1.5x SDPA's (``enable_gqa``) on the same inputs."""
-    from workloads.attention_bench import check_case
+    from profiler_kit.workloads.attention_bench import check_case
 
     got = check_case("triton", 2, 8, 1024, d, dtype, causal, kv_heads=2)
     want = check_case("sdpa", 2, 8, 1024, d, dtype, causal, kv_heads=2)

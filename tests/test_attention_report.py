@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from profiler_kit.analyze.errors import InputError
 
-from analyze.errors import InputError
 from profiler_kit.attention_report import build_attention_report, read_bench_jsonl
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.sources import Skipped, discover
 
-from analyze.errors import InputError
-from analyze.sources import Skipped, discover
 from profiler_kit.cli import cli
 from tests.conftest import FIXTURES, ROOT
 from tests.memory_helpers import known_peak_snapshot, write
@@ -151,8 +151,8 @@ def test_record_folders_with_a_damaged_run(tmp_path, damaged):
 
 
 def _error_of(path: Path) -> InputError:
-    from analyze.kineto import read_kineto
-    from analyze.results import RUN_FIELDS, read_json_fields
+    from profiler_kit.analyze.kineto import read_kineto
+    from profiler_kit.analyze.results import RUN_FIELDS, read_json_fields
 
     with pytest.raises(InputError) as err:
         read_kineto(path) if path.name.endswith(".gz") else read_json_fields(path, RUN_FIELDS)
@@ -367,7 +367,7 @@ def test_ctrl_c_hidden_in_a_reader_error_is_not_a_skipped_input(tmp_path, monkey
         except KeyboardInterrupt:
             raise InputError("x.sqlite: corrupt or truncated SQLite file (cannot close)") from None
 
-    monkeypatch.setattr("analyze.sources.read_trace", read)
+    monkeypatch.setattr("profiler_kit.analyze.sources.read_trace", read)
     res = run("report", CPU_FIXTURE, KINETO, "-o", tmp_path / "out")
     assert res.exit_code == 130 and lines(res.output) == ["Error: interrupted (Ctrl-C)"]
 

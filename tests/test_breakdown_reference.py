@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import profiler_kit.analyze.arrays as arrays
+import profiler_kit.analyze.projection as projection
 import pytest
-
-import analyze.arrays as arrays
-import analyze.projection as projection
-from analyze.breakdown import (
+from profiler_kit.analyze.breakdown import (
     count_unique,
     gpu_ops,
     op_ids,
@@ -23,8 +22,8 @@ from analyze.breakdown import (
     summarize_kernels,
     summarize_range_kernels,
 )
-from analyze.sources import Source, read_trace
-from analyze.taxonomy import CATEGORIES
+from profiler_kit.analyze.sources import Source, read_trace
+from profiler_kit.analyze.taxonomy import CATEGORIES
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz"
 

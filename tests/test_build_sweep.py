@@ -11,13 +11,13 @@ import statistics
 from pathlib import Path
 
 import pytest
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.flops import forward_flops
+from profiler_kit.workloads.models import RunSpec
 
-from analyze.errors import InputError
-from analyze.flops import forward_flops
 from profiler_kit import run as run_mod
 from profiler_kit import sweep as sweep_mod
 from profiler_kit.build_sweep import NOT_MEASURED, build_sweep_sections, find_calibration, find_run_dirs, load_runs
-from workloads.models import RunSpec
 
 SWEEP = Path(__file__).resolve().parent.parent / "reports" / "sweep"
 TRACED = SWEEP / "traced"

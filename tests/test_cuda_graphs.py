@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from profiler_kit.analyze import trace_cache
+from profiler_kit.analyze.breakdown import analyze_trace
+from profiler_kit.analyze.nsys_schema import Catalog
+from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
+from profiler_kit.analyze.sources import Source, read_trace
+from profiler_kit.analyze.tables import SCHEMAS
 
-from analyze import trace_cache
-from analyze.breakdown import analyze_trace
-from analyze.nsys_schema import Catalog
-from analyze.nsys_sqlite import read_nsys_sqlite
-from analyze.sources import Source, read_trace
-from analyze.tables import SCHEMAS
 from tests.conftest import ROOT, SHARED_DATA, shared_params
 from tests.test_early_read import COMPARE, _python, _tables
 
@@ -299,10 +299,12 @@ def _assert_same(a, b):
 def test_every_read_path_gives_the_same_tables(make, tmp_path, monkeypatch):
     path = make(tmp_path)
     want = read_nsys_sqlite(path, details=False)
-    monkeypatch.setattr("analyze.nsys_schema.page_columns", lambda *args, **kwargs: None)  # the ADBC driver
+    monkeypatch.setattr(
+        "profiler_kit.analyze.nsys_schema.page_columns", lambda *args, **kwargs: None
+    )  # the ADBC driver
     _assert_same(want, read_nsys_sqlite(path, details=False))
-    monkeypatch.setattr("analyze.nsys_sqlite.adbc_sqlite", lambda: None)  # sqlite3
-    monkeypatch.setattr("analyze.nsys_schema.adbc_sqlite", lambda: None)
+    monkeypatch.setattr("profiler_kit.analyze.nsys_sqlite.adbc_sqlite", lambda: None)  # sqlite3
+    monkeypatch.setattr("profiler_kit.analyze.nsys_schema.adbc_sqlite", lambda: None)
     _assert_same(want, read_nsys_sqlite(path, details=False))
     monkeypatch.undo()
     monkeypatch.setattr(trace_cache, "MIN_EXPORT_BYTES", 0)  # the Arrow cache: written, then read

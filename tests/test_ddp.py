@@ -14,10 +14,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from profiler_kit.workloads.ddp import unique_params, wrap
+from profiler_kit.workloads.sharded_optim import ShardedOptimizer, optimizer_state_bytes, shard_owners
 from torch import nn
-
-from workloads.ddp import unique_params, wrap
-from workloads.sharded_optim import ShardedOptimizer, optimizer_state_bytes, shard_owners
 
 WORLD = 2
 BATCH = 8  # full batch; each rank gets BATCH // WORLD rows

@@ -22,17 +22,24 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from profiler_kit.analyze.breakdown import gpu_ops
+from profiler_kit.analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
+from profiler_kit.analyze.copies import copy_bandwidth
+from profiler_kit.analyze.findings import FINDINGS, MEASURES, rank_findings
+from profiler_kit.analyze.idle import (
+    idle_breakdown,
+    idle_totals,
+    step_ranges,
+    step_windows,
+    temporal_breakdown,
+    temporal_by_step,
+)
+from profiler_kit.analyze.intervals import union_length
+from profiler_kit.analyze.kineto import read_kineto
+from profiler_kit.analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
+from profiler_kit.analyze.sequences import kernel_sequences
+from profiler_kit.analyze.tables import KERNELS, MEMOPS, NVTX_RANGES, RUNTIME, Trace, validate
 
-from analyze.breakdown import gpu_ops
-from analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
-from analyze.copies import copy_bandwidth
-from analyze.findings import FINDINGS, MEASURES, rank_findings
-from analyze.idle import idle_breakdown, idle_totals, step_ranges, step_windows, temporal_breakdown, temporal_by_step
-from analyze.intervals import union_length
-from analyze.kineto import read_kineto
-from analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
-from analyze.sequences import kernel_sequences
-from analyze.tables import KERNELS, MEMOPS, NVTX_RANGES, RUNTIME, Trace, validate
 from profiler_kit.build_findings import diagnose, findings_text
 from tests.conftest import FIXTURES, SHARED_DATA, shared_params
 
@@ -261,7 +268,7 @@ def test_cross_rank_section_from_two_rank_files(hand):
 
 
 def test_collectives_of_a_multi_process_export():
-    from analyze.sources import discover, read_trace
+    from profiler_kit.analyze.sources import discover, read_trace
 
     path = SHARED_DATA / "nsys_sqlite" / "lizhieffe__assignment2-systems__ddp53_profile.sqlite"
     if not path.exists():
@@ -397,7 +404,7 @@ def test_idle_classes_equal_hta_where_times_are_exact(name):
 @pytest.mark.parametrize("path", shared_params("kineto", "*.json.gz") + shared_params("nsys_sqlite", "*.sqlite"))
 def test_real_traces_add_up(path):
     """On every shared trace: the breakdowns partition their spans, and idle per stream is never negative."""
-    from analyze.sources import discover, read_trace
+    from profiler_kit.analyze.sources import discover, read_trace
 
     trace = read_trace(discover([path])[0])
     ops = gpu_ops(trace)

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from analyze.breakdown import analyze_trace
-from analyze.diff import (
+from profiler_kit.analyze.breakdown import analyze_trace
+from profiler_kit.analyze.diff import (
     Measures,
     bootstrap,
     combine,
@@ -25,8 +24,9 @@ from analyze.diff import (
     normalize_kernel_names,
     parse_rule,
 )
-from analyze.errors import InputError
-from analyze.sources import Source, read_trace
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.sources import Source, read_trace
+
 from profiler_kit.build_diff import DIFF_TABLES
 from tests.conftest import ROOT, SHARED_DATA
 from tests.memory_helpers import USER, MiB, T, event, known_peak_snapshot, write
@@ -502,7 +502,7 @@ DDP = SHARED_DATA / "nsys_sqlite" / "lizhieffe__assignment2-systems__ddp53_profi
 @pytest.mark.skipif(not DDP.exists(), reason="../shared/data absent")
 def test_communication_rows_of_a_two_rank_export():
     """Two ranks' NCCL time summed as the ddp report's per-rank table gives it (frozen: checked by hand once)."""
-    from analyze.ranks import summarize_rank_time
+    from profiler_kit.analyze.ranks import summarize_rank_time
 
     trace = read_trace(Source(DDP, "nsys-sqlite"), details=False)
     tables = analyze_trace(trace, DIFF_TABLES)
@@ -518,7 +518,7 @@ def test_communication_rows_of_a_two_rank_export():
 
 def test_welch_interval_against_scipy():
     stats = pytest.importorskip("scipy.stats")
-    from analyze.diff import interval, t975, welch
+    from profiler_kit.analyze.diff import interval, t975, welch
 
     assert [t975(df) for df in range(1, 31)] == pytest.approx([stats.t.ppf(0.975, df) for df in range(1, 31)], abs=1e-3)
     rng = np.random.default_rng(1)

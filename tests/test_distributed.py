@@ -10,10 +10,10 @@ import sys
 
 import pytest
 import torch.multiprocessing as mp
+from profiler_kit.workloads import ddp_train, distributed
+from profiler_kit.workloads.ddp_train import parse_variant
 
 from profiler_kit.run_ddp import NO_MULTICAST, ddp_command, record_ddp
-from workloads import ddp_train, distributed
-from workloads.ddp_train import parse_variant
 
 
 def _free_port() -> int:
@@ -80,7 +80,7 @@ def test_ddp_train_rows_and_traces(tmp_path):
 def test_ddp_command_is_torchrun():
     cmd = ddp_command("bucketed", 25, 2, "xl", 128, None)
     assert cmd[:6] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m"]
-    assert cmd[6] == "workloads.ddp_train"
+    assert cmd[6] == "profiler_kit.workloads.ddp_train"
     assert cmd[cmd.index("--variants") + 1] == "bucketed:25"
     assert "--profile-dir" not in cmd
     assert ddp_command("naive", 25, 4, "small", 256, None)[cmd.index("--variants") + 1] == "naive"

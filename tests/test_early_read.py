@@ -18,8 +18,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from profiler_kit.analyze import early_read
 
-from analyze import early_read
 from tests.conftest import ROOT, shared_params
 from tests.test_nsys_sqlite import CPU_FIXTURE
 
@@ -42,8 +42,8 @@ WITH_KERNELS = [p for p in SHARED if p.values[0] and "CUPTI_ACTIVITY_KIND_KERNEL
 COMPARE = """
 import json, os, signal, sys
 from pathlib import Path
-from analyze import early_read
-from analyze.nsys_prefetch import Prefetch
+from profiler_kit.analyze import early_read
+from profiler_kit.analyze.nsys_prefetch import Prefetch
 path, kill = Path(sys.argv[1]), sys.argv[2] == "kill"
 prefetched = Prefetch()
 prefetched.start(path)
@@ -58,7 +58,7 @@ if kill:  # at once: the child has not delivered yet
     for child in children:
         os.kill(child.pid, signal.SIGKILL)
 import pandas as pd
-from analyze.nsys_sqlite import read_nsys_sqlite
+from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
 got = read_nsys_sqlite(path, details=False, prefetched=prefetched)
 assert not prefetched.started, "the reader took every early read"
 want = read_nsys_sqlite(path, details=False)
@@ -74,7 +74,7 @@ print(json.dumps({"early": sorted(early), "fallbacks": sorted(fallbacks), "alive
 # The report command in-process with the early read for exports of any size (the CLI starts it from 32 MiB).
 REPORT = """
 import sys
-from analyze import trace_cache
+from profiler_kit.analyze import trace_cache
 trace_cache.MIN_EXPORT_BYTES = 0
 from profiler_kit.cli import cli
 cli(sys.argv[1:], prog_name="profiler-kit")

@@ -36,8 +36,7 @@ def _sm90() -> bool:
 @pytest.mark.parametrize("config", ["n128", "n64_overlap"])
 def test_compiles_for_sm90_without_spills(tmp_path, config):
     import triton
-
-    from workloads import flash_gluon_fwd as g
+    from profiler_kit.workloads import flash_gluon_fwd as g
 
     compiled = g.compile_sm90(config, n=1024, d=128, is_causal=True)
     ptx = compiled.asm["ptx"]
@@ -62,8 +61,7 @@ def test_compiles_for_sm90_without_spills(tmp_path, config):
                                                                 (64, True, "bfloat16", 4), (64, False, "bfloat16", 1)])  # fmt: skip
 def test_matches_fp32_attention_within_sdpa_error(d, causal, dtype, kv_heads):
     import torch
-
-    from workloads import flash_gluon_fwd as g
+    from profiler_kit.workloads import flash_gluon_fwd as g
 
     heads, n = 4, 1024
     gen = torch.Generator(device="cuda").manual_seed(d + causal)

@@ -34,8 +34,7 @@ def _sm90() -> bool:
 @pytest.mark.skipif(not _gluon_available(), reason="triton without Gluon")
 def test_compiles_for_sm90_without_loop_spills(tmp_path):
     import triton
-
-    from workloads import flash_gluon_ws as ws
+    from profiler_kit.workloads import flash_gluon_ws as ws
 
     compiled = ws.compile_sm90(ws.DEFAULT, n=1024)
     ptx = compiled.asm["ptx"]
@@ -62,9 +61,8 @@ def test_compiles_for_sm90_without_loop_spills(tmp_path):
 )
 def test_matches_tma_backward(n, causal, dtype, heads):
     import torch
-
-    from workloads import flash_gluon_ws as ws
-    from workloads.flash_triton import backward_kernels, forward_kernels
+    from profiler_kit.workloads import flash_gluon_ws as ws
+    from profiler_kit.workloads.flash_triton import backward_kernels, forward_kernels
 
     gen = torch.Generator(device="cuda").manual_seed(n + heads)
     q, k, v, do = (
@@ -84,8 +82,7 @@ def test_matches_tma_backward(n, causal, dtype, heads):
 @pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
 def test_the_default_backward_of_16_bit_inputs_is_the_warp_specialized_one():
     import torch
-
-    from workloads import flash_triton as ft
+    from profiler_kit.workloads import flash_triton as ft
 
     q = torch.empty(2, 1024, 64, device="cuda", dtype=torch.bfloat16)
     assert ft.resolve_bwd_mode(q, None) == ft.DEFAULT_BWD == "gluon_ws"
@@ -102,8 +99,7 @@ def test_the_default_backward_of_16_bit_inputs_is_the_warp_specialized_one():
 @pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
 def test_unsupported_lengths_fall_back_to_tma():
     import torch
-
-    from workloads.flash_triton import backward_kernels, forward_kernels
+    from profiler_kit.workloads.flash_triton import backward_kernels, forward_kernels
 
     q, k, v, do = (torch.randn(2, 192, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     o, lse = forward_kernels(q, k, v, True)
@@ -117,8 +113,7 @@ def test_unsupported_lengths_fall_back_to_tma():
 def test_the_default_backward_under_torch_compile():
     """fullgraph compile through the custom ops: the same gradients as eager, both through the warp-specialized kernel."""
     import torch
-
-    from workloads.flash_triton import FlashAttention2Triton
+    from profiler_kit.workloads.flash_triton import FlashAttention2Triton
 
     gen = torch.Generator(device="cuda").manual_seed(5)
     q, k, v = (

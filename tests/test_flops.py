@@ -1,15 +1,11 @@
-"""analyze.flops: analytic FLOPs and AdamW bytes against instrumented CPU runs of the tiny model."""
+"""profiler_kit.analyze.flops: analytic FLOPs and AdamW bytes against instrumented CPU runs of the tiny model."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
-
-from analyze.flops import (
+from profiler_kit.analyze.flops import (
     ADAMW_ACCESSES_PER_ELEMENT,
     ADAMW_KERNELS_PER_TENSOR,
     adamw_bytes,
@@ -19,7 +15,10 @@ from analyze.flops import (
     parameter_tensors,
     step_flops,
 )
-from workloads.models import VOCAB, AdamW, RunSpec, TransformerLM, count_parameters, model_config
+from profiler_kit.workloads.models import VOCAB, AdamW, RunSpec, TransformerLM, count_parameters, model_config
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
 
 
 def _model(batch: int, ctx: int):

@@ -7,9 +7,8 @@ import statistics
 
 import pytest
 import torch
-
-from workloads import calibrate, harness, precision
-from workloads.models import RunSpec
+from profiler_kit.workloads import calibrate, harness, precision
+from profiler_kit.workloads.models import RunSpec
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""analyze.heap: after keep_freed_memory, arrays freed by a report are reused without new page faults."""
+"""profiler_kit.analyze.heap: after keep_freed_memory, arrays freed by a report are reused without new page faults."""
 
 import platform
 import subprocess
@@ -13,7 +13,7 @@ glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt tu
 SCRIPT = """
 import resource, sys
 import numpy as np
-from analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
+from profiler_kit.analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
 if sys.argv[1] == "keep":
     keep_freed_memory(1 << 30, LARGEST_HEAP_BLOCK)
 def faults_of_fresh_arrays():
@@ -47,7 +47,7 @@ def test_elsewhere_nothing_is_called(monkeypatch):
     """On macOS or Windows (no glibc; ctypes.CDLL(None) fails on Windows) the tuning returns quietly."""
     import ctypes
 
-    from analyze import heap
+    from profiler_kit.analyze import heap
 
     def no_library(*args, **kwargs):
         raise AssertionError("a C library was loaded")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from analyze.intervals import interval_union, union_length
+from profiler_kit.analyze.intervals import interval_union, union_length
 
 
 def sweep_union(starts, ends):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.kineto import looks_like_kineto, read_kineto
+from profiler_kit.analyze.projection import launches, project_nvtx, summarize_projection
 
-from analyze.errors import InputError
-from analyze.kineto import looks_like_kineto, read_kineto
-from analyze.projection import launches, project_nvtx, summarize_projection
 from tests.conftest import FIXTURES, shared_params
 
 REAL = shared_params("kineto", "*.json.gz")
@@ -479,7 +479,7 @@ def _report(*args):
 
 
 def test_folder_reads_array_traces_and_lists_unreadable_ones(tmp_path):
-    from analyze.sources import discover
+    from profiler_kit.analyze.sources import discover
 
     runs = tmp_path / "runs"
     runs.mkdir()

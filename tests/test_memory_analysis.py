@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from analyze.memory import (
+from profiler_kit.analyze.memory import (
     CATEGORY_RULES,
     NEVER,
     analyze_snapshot,
@@ -21,7 +20,8 @@ from analyze.memory import (
     summarize_timeline,
     timeline_by,
 )
-from analyze.memory_snapshot import read_memory_snapshot
+from profiler_kit.analyze.memory_snapshot import read_memory_snapshot
+
 from tests.conftest import FIXTURES, shared_params
 from tests.memory_helpers import MiB, S, T, known_peak_snapshot, load_fixture, write
 
@@ -232,7 +232,8 @@ def test_never_freed_marker():
 @pytest.mark.parametrize("seed", range(40))
 def test_block_sizes_equal_the_event_by_event_replay(seed):
     """The vectorized split rule gives the sizes of the allocator's rule replayed one event at a time."""
-    from analyze.memory import _block_sizes
+    from profiler_kit.analyze.memory import _block_sizes
+
     from tests.memory_helpers import random_trace, reference_block_sizes
 
     ev, initial, pre = random_trace(np.random.default_rng(seed))

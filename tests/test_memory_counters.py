@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from profiler_kit.analyze.kineto import read_kineto
+from profiler_kit.analyze.memory_counters import memory_counter_timeline, summarize_memory_counters
 
-from analyze.kineto import read_kineto
-from analyze.memory_counters import memory_counter_timeline, summarize_memory_counters
 from profiler_kit.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent

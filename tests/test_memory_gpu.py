@@ -17,9 +17,9 @@ import sys
 import textwrap
 
 import pytest
+from profiler_kit.analyze.memory import analyze_snapshot
+from profiler_kit.analyze.memory_snapshot import read_memory_snapshot
 
-from analyze.memory import analyze_snapshot
-from analyze.memory_snapshot import read_memory_snapshot
 from profiler_kit.build_memory import build_memory_report, load_snapshots
 from profiler_kit.render.markdown import render_markdown
 

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from profiler_kit.analyze.memory import analyze_dump_state, analyze_snapshot, free_blocks_at
+from profiler_kit.analyze.memory_snapshot import read_memory_snapshot
 
-from analyze.memory import analyze_dump_state, analyze_snapshot, free_blocks_at
-from analyze.memory_snapshot import read_memory_snapshot
 from profiler_kit.build_memory import build_memory_report, load_snapshots, torch_bytes
 from profiler_kit.cli import cli
 from profiler_kit.render.html import figure_json
@@ -111,7 +111,7 @@ def test_legacy_segment_list(tmp_path):
 
 @pytest.mark.parametrize("payload", [[], [1, 2], [{"address": 1}]])
 def test_lists_that_are_not_segment_lists_are_refused(tmp_path, payload):
-    from analyze.errors import InputError
+    from profiler_kit.analyze.errors import InputError
 
     with pytest.raises(InputError, match="not a torch.cuda.memory snapshot"):
         read_memory_snapshot(write(tmp_path / "x.pickle", payload))
@@ -307,7 +307,7 @@ def test_segment_helper_balances():
 def test_allocation_bands_stack_to_the_allocated_total(max_bands):
     """The allocation view is faithful: at every sampled event the stack's top is the replayed allocated total,
     the peak is sampled, and each drawn band keeps its own size from its alloc to its free."""
-    from analyze.memory import allocation_bands
+    from profiler_kit.analyze.memory import allocation_bands
 
     snap = read_memory_snapshot(FIXTURES / "memory" / "mlp_full_step_fp32.pickle.gz")
     a = analyze_snapshot(snap)

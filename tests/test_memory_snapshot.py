@@ -9,9 +9,9 @@ import os
 import pickle
 
 import pytest
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.memory_snapshot import USER_FRAME_SKIP, read_memory_snapshot, top_frame
 
-from analyze.errors import InputError
-from analyze.memory_snapshot import USER_FRAME_SKIP, read_memory_snapshot, top_frame
 from tests.conftest import shared_params
 from tests.memory_helpers import CPP, TORCH, USER, event, known_peak_snapshot, write
 

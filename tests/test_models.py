@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
-from workloads.models import (
+from profiler_kit.workloads.models import (
     SIZES,
     VOCAB,
     AdamW,

@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from profiler_kit.analyze.api import summarize_api
+from profiler_kit.analyze.breakdown import analyze_trace, summarize_kernel_shapes
+from profiler_kit.analyze.nsys_export import export_report
+from profiler_kit.analyze.nsys_sqlite import MEMCPY_KIND_LABELS
+from profiler_kit.analyze.sources import Source, read_trace
 
-from analyze.api import summarize_api
-from analyze.breakdown import analyze_trace, summarize_kernel_shapes
-from analyze.nsys_export import export_report
-from analyze.nsys_sqlite import MEMCPY_KIND_LABELS
-from analyze.sources import Source, read_trace
 from tests.conftest import requires_nsys, shared_params
 from tests.nsys_reference import nsys_stats
 

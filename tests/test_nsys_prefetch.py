@@ -6,11 +6,11 @@ import shutil
 
 import pandas as pd
 import pytest
+from profiler_kit.analyze import nsys_schema, trace_cache
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.nsys_prefetch import Prefetch
+from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
 
-from analyze import nsys_schema, trace_cache
-from analyze.errors import InputError
-from analyze.nsys_prefetch import Prefetch
-from analyze.nsys_sqlite import read_nsys_sqlite
 from tests.test_nsys_sqlite import BAD_CASES, CPU_FIXTURE, _old_schema_export
 
 pytestmark = pytest.mark.skipif(nsys_schema.adbc_sqlite() is None, reason="prefetch needs the ADBC driver")

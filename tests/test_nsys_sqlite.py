@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from profiler_kit.analyze import nsys_sqlite
+from profiler_kit.analyze.breakdown import analyze_trace
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.nsys_schema import adbc_sqlite
+from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
+from profiler_kit.analyze.tables import SCHEMAS
 
-from analyze import nsys_sqlite
-from analyze.breakdown import analyze_trace
-from analyze.errors import InputError
-from analyze.nsys_schema import adbc_sqlite
-from analyze.nsys_sqlite import read_nsys_sqlite
-from analyze.tables import SCHEMAS
 from tests.conftest import FIXTURES, requires_nsys, shared_params
 from tests.nsys_reference import nsys_stats
 
@@ -179,7 +179,7 @@ def test_sqlite3_fallback_reads_what_adbc_reads(make, tmp_path, monkeypatch):
     """Without the optional ADBC driver every table comes through sqlite3, with the same values."""
     path = make(tmp_path)
     with_adbc = read_nsys_sqlite(path)
-    monkeypatch.setattr("analyze.nsys_sqlite.adbc_sqlite", lambda: None)
+    monkeypatch.setattr("profiler_kit.analyze.nsys_sqlite.adbc_sqlite", lambda: None)
     without = read_nsys_sqlite(path)
     for name in ("kernels", "runtime", "nvtx"):
         a, b = getattr(with_adbc, name), getattr(without, name)
@@ -287,7 +287,7 @@ def test_non_integer_values_are_one_clear_error(table, column, value, says, adbc
     con.commit()
     con.close()
     if not adbc:
-        monkeypatch.setattr("analyze.nsys_sqlite.adbc_sqlite", lambda: None)
+        monkeypatch.setattr("profiler_kit.analyze.nsys_sqlite.adbc_sqlite", lambda: None)
     with pytest.raises(InputError, match=rf"{table}\.{column} {says} where nsys writes integers"):
         read_nsys_sqlite(path)
 

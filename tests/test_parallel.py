@@ -214,7 +214,7 @@ def test_unreachable_scheduler_is_one_error_line(tmp_path, monkeypatch):
 def test_page_reader_leaves_a_mapping_still_viewed(tmp_path, monkeypatch):
     """A Dask worker's sampling profiler can hold the reader's frame (and its view of the mapped file) when the
     mapping closes: mmap.close raised BufferError there, and a good export was skipped as corrupt."""
-    from analyze import sqlite_pages
+    from profiler_kit.analyze import sqlite_pages
 
     held = []
     monkeypatch.setattr(sqlite_pages, "_read", lambda buf, *a: held.append(buf) or {"x": buf[:1].astype("i8")})

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pandas as pd
-
-from analyze.breakdown import (
+from profiler_kit.analyze.breakdown import (
     phase_ranges,
     range_kernel_time,
     summarize_phases,
     summarize_range_kernels,
     summarize_ranges,
 )
-from analyze.projection import launches, project_nvtx, summarize_projection
-from analyze.tables import NVTX_RANGES, RUNTIME, validate
+from profiler_kit.analyze.projection import launches, project_nvtx, summarize_projection
+from profiler_kit.analyze.tables import NVTX_RANGES, RUNTIME, validate
 
 
 def _ranges(rows):

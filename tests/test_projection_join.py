@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import profiler_kit.analyze.arrays as arrays
+import profiler_kit.analyze.projection as projection
 import pytest
-
-import analyze.arrays as arrays
-import analyze.projection as projection
-from analyze.intervals import interval_union
-from analyze.projection import enclosed_launches, first_row_by_search, first_row_by_sort, first_row_by_table, launches
-from analyze.tables import with_columns
+from profiler_kit.analyze.intervals import interval_union
+from profiler_kit.analyze.projection import (
+    enclosed_launches,
+    first_row_by_search,
+    first_row_by_sort,
+    first_row_by_table,
+    launches,
+)
+from profiler_kit.analyze.tables import with_columns
 
 
 def reference_first_row(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-
-from analyze.range_groups import group_numbered_ranges, range_pattern
+from profiler_kit.analyze.range_groups import group_numbered_ranges, range_pattern
 
 
 def _ranges(names, cpu, kernel_ns, gemm_frac):

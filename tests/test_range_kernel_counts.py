@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
-from analyze.breakdown import repeated_pairs
+from profiler_kit.analyze.breakdown import repeated_pairs
 
 
 def distinct_ops_per_pair(pair, range_codes, op_rows, n):

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from analyze.intervals import intersection_length, interval_union, union_length
-from analyze.ranks import (
+from profiler_kit.analyze.intervals import intersection_length, interval_union, union_length
+from profiler_kit.analyze.ranks import (
     compare_variants,
     concat_ranks,
     ddp_scaling,
@@ -23,6 +22,7 @@ from analyze.ranks import (
     summarize_rank_time,
     summarize_steps,
 )
+
 from tests.conftest import FIXTURES, ROOT, SHARED_DATA, requires_nsys
 
 DDP_SQLITE = SHARED_DATA / "nsys_sqlite" / "lizhieffe__assignment2-systems__ddp53_profile.sqlite"
@@ -159,8 +159,8 @@ def test_nccl_totals_per_rank_match_sql_group_by():
 
 @needs_ddp_export
 def test_through_project_reader_and_taxonomy():
-    reader = pytest.importorskip("analyze.nsys_sqlite")
-    taxonomy = pytest.importorskip("analyze.taxonomy")
+    reader = pytest.importorskip("profiler_kit.analyze.nsys_sqlite")
+    taxonomy = pytest.importorskip("profiler_kit.analyze.taxonomy")
     trace = reader.read_nsys_sqlite(DDP_SQLITE)
     k = taxonomy.classify_kernels(trace.kernels)
     out = summarize_rank_time(k).set_index("device_id")
@@ -204,8 +204,8 @@ def _kineto_nccl_ns(path: Path) -> tuple[int, int]:
 
 @pytest.mark.skipif(not (XL_TRACES / "bucketed25mb_rank0.json.gz").exists(), reason="xl DDP traces absent")
 def test_kineto_xl_traces_per_rank():
-    kineto = pytest.importorskip("analyze.kineto")
-    taxonomy = pytest.importorskip("analyze.taxonomy")
+    kineto = pytest.importorskip("profiler_kit.analyze.kineto")
+    taxonomy = pytest.importorskip("profiler_kit.analyze.taxonomy")
     paths = [XL_TRACES / f"bucketed25mb_rank{r}.json.gz" for r in range(2)]
     traces = [kineto.read_kineto(p) for p in paths]
     k = concat_ranks([taxonomy.classify_kernels(t.kernels) for t in traces])

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import FIXTURES, requires_nsys
+from profiler_kit.workloads.models import SIZES, RunSpec
 
 from profiler_kit import run as run_mod
 from profiler_kit.build_sweep import short_kernel_name
 from profiler_kit.cli import cli
-from workloads.models import SIZES, RunSpec
 
 STEPS, WARMUP = 2, 1
 TINY = RunSpec(size="tiny", ctx=8, batch=1, mode="train", warmup=WARMUP, steps=STEPS, device="cpu")
@@ -50,7 +50,7 @@ def test_torch_record_writes_trace_and_run_json(torch_run):
 
 
 def test_kineto_reader_reads_the_recorded_trace(torch_run):
-    kineto = pytest.importorskip("analyze.kineto")
+    kineto = pytest.importorskip("profiler_kit.analyze.kineto")
     trace = kineto.read_kineto(torch_run.run_dir / "trace.json.gz")
     counts = trace.nvtx["name"].astype(str).value_counts()
     assert counts["forward"] == STEPS and counts["backward"] == STEPS and counts[f"layer_{LAYERS - 1}"] == STEPS
@@ -86,7 +86,7 @@ def test_nsys_record_cpu_has_nvtx_ranges_with_counts(rerecorded):
     meta = result.meta
     assert meta["backend"] == "nsys" and meta["versions"]["nsys"].startswith("NVIDIA Nsight Systems")
     assert meta["profiled"]["phases"]["forward"]["n"] == STEPS
-    reader = pytest.importorskip("analyze.nsys_sqlite")
+    reader = pytest.importorskip("profiler_kit.analyze.nsys_sqlite")
     nvtx = reader.read_nsys_sqlite(sqlite).nvtx
     assert (nvtx["name"].astype(str) == "forward").sum() == runs
 
@@ -301,7 +301,7 @@ def test_run_json_from_before_the_file_list_claims_only_files_there(tmp_path):
 
 
 def test_harness_memory_flag_on_the_cpu_writes_nothing(tmp_path, capsys):
-    from workloads import harness
+    from profiler_kit.workloads import harness
 
     spec = json.dumps(TINY.to_dict())
     snapshot = tmp_path / "memory.pickle"
@@ -313,8 +313,7 @@ def test_harness_memory_flag_on_the_cpu_writes_nothing(tmp_path, capsys):
 def test_memory_history_reads_the_peak_then_dumps_once(tmp_path, monkeypatch):
     """MemoryHistory's calls on a CUDA device, without one: peak stats reset with the history, read before the dump."""
     import torch
-
-    from workloads.harness import MEMORY_HISTORY_ENTRIES, MemoryHistory
+    from profiler_kit.workloads.harness import MEMORY_HISTORY_ENTRIES, MemoryHistory
 
     calls = []
     cuda, memory = torch.cuda, torch.cuda.memory

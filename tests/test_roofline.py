@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
-from analyze.roofline import (
+from profiler_kit.analyze.roofline import (
     FORMULAS,
     GPU_PEAKS,
     gpu_peaks,
@@ -17,6 +16,7 @@ from analyze.roofline import (
     op_gpu_time,
     summarize_roofline,
 )
+
 from tests.conftest import SHARED_DATA
 
 torch = pytest.importorskip("torch")
@@ -105,8 +105,8 @@ def test_roofline_by_hand():
 
 
 def test_roofline_on_a_trace_with_shapes():
-    from analyze.breakdown import gpu_ops
-    from analyze.kineto import read_kineto
+    from profiler_kit.analyze.breakdown import gpu_ops
+    from profiler_kit.analyze.kineto import read_kineto
 
     path = SHARED_DATA / "kineto" / "AMD-AGI__TraceLens__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
     if not path.exists():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from profiler_kit.analyze.sqlite_pages import MISSING, read_integer_columns
 
-from analyze.sqlite_pages import MISSING, read_integer_columns
 from tests.conftest import shared_files
 
 REAL = shared_files("nsys_sqlite", "*.sqlite")  # ../shared/data, or the subset shipped in tests/data

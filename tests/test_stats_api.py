@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from profiler_kit.analyze.api import summarize_api
+from profiler_kit.analyze.kineto import read_kineto
+from profiler_kit.analyze.stats import SMALL_GROUP, group_stats
 
-from analyze.api import summarize_api
-from analyze.kineto import read_kineto
-from analyze.stats import SMALL_GROUP, group_stats
 from profiler_kit.cli import cli
 from tests.conftest import ROOT, SHARED_DATA, shared_files
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from analyze.taxonomy import (
+from profiler_kit.analyze.taxonomy import (
     CATEGORIES,
     KERNEL_RULES,
     OTHER,

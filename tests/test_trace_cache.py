@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from analyze import trace_cache
-from analyze.nsys_sqlite import read_nsys_sqlite
-from analyze.sources import Source, read_trace
-from analyze.tables import SCHEMAS
+from profiler_kit.analyze import trace_cache
+from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
+from profiler_kit.analyze.sources import Source, read_trace
+from profiler_kit.analyze.tables import SCHEMAS
 
 FIXTURE = Path(__file__).parent / "data" / "nsys_cpu" / "cpu_nvtx.sqlite"
 

@@ -21,8 +21,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-
-from workloads.common import nvtx_range, sync
+from profiler_kit.workloads.common import nvtx_range, sync
 
 IMPLS = ("naive", "compiled", "flash_pytorch", "triton", "triton_atomic", "sdpa")
 
@@ -66,19 +65,19 @@ def attention_compiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 
 
 def attention_flash_pytorch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    from workloads.flash_pytorch import FlashAttention2PyTorch
+    from profiler_kit.workloads.flash_pytorch import FlashAttention2PyTorch
 
     return FlashAttention2PyTorch.apply(q, k, v, causal)
 
 
 def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    from workloads.flash_triton import FlashAttention2Triton
+    from profiler_kit.workloads.flash_triton import FlashAttention2Triton
 
     return FlashAttention2Triton.apply(q, k, v, causal)
 
 
 def attention_triton_atomic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    from workloads.flash_triton import FlashAttention2Triton
+    from profiler_kit.workloads.flash_triton import FlashAttention2Triton
 
     return FlashAttention2Triton.apply(q, k, v, causal, True)
 

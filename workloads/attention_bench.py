@@ -16,10 +16,10 @@ table (ms, TFLOP/s, SDPA's time over ours); ``--quick`` is a subset of it for on
 
 Example::
 
-    python -m workloads.attention_bench --impl triton sdpa --d-head 64 128 --seq 1024 4096 16384 \\
+    python -m profiler_kit.workloads.attention_bench --impl triton sdpa --d-head 64 128 --seq 1024 4096 16384 \\
         --dtype bfloat16 --causal --out benchmarks/results/attention/run.jsonl
-    python -m workloads.attention_bench --sweep --quick   # ours against SDPA, 16 cases
-    python -m workloads.attention_bench --check   # correctness at real sizes vs an fp32 reference
+    python -m profiler_kit.workloads.attention_bench --sweep --quick   # ours against SDPA, 16 cases
+    python -m profiler_kit.workloads.attention_bench --check   # correctness at real sizes vs an fp32 reference
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ import sys
 import time
 
 import torch
-
-from workloads.attention import IMPLS, get_impl, make_inputs
+from profiler_kit.workloads.attention import IMPLS, get_impl, make_inputs
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

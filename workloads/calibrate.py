@@ -6,7 +6,7 @@ ceilings once"). Inputs are random (zeros run faster on tensor cores). Each
 figure is the median of timed repetitions after warm-up, timed with CUDA
 events on a GPU and perf_counter on the CPU.
 
-Run: ``python -m workloads.calibrate --out calibration.json``
+Run: ``python -m profiler_kit.workloads.calibrate --out calibration.json``
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import sys
 import time
 
 import torch
-
-from workloads.common import emit_json
+from profiler_kit.workloads.common import emit_json
 
 GEMM_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 

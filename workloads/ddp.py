@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from profiler_kit.workloads.common import nvtx_range
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-
-from workloads.common import nvtx_range
 
 MIB = 2**20
 VARIANTS = ("naive", "flat", "overlap", "bucketed")

@@ -3,7 +3,7 @@
 Times each DDP variant (and ``torch.nn.parallel.DistributedDataParallel``) in
 one launch, so they share machine, model and data::
 
-    torchrun --nproc-per-node 2 -m workloads.ddp_train --size xl --ctx 128 \
+    torchrun --nproc-per-node 2 -m profiler_kit.workloads.ddp_train --size xl --ctx 128 \
         --variants naive flat overlap bucketed:1 bucketed:10 torch:25 --out ddp.jsonl
 
 A variant is ``naive``, ``flat``, ``overlap``, ``bucketed:<MiB>`` or
@@ -31,11 +31,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from profiler_kit.workloads.common import nvtx_range
+from profiler_kit.workloads.ddp import VARIANTS, unique_params, wrap
+from profiler_kit.workloads.sharded_optim import ShardedOptimizer, optimizer_state_bytes
 from torch import nn
-
-from workloads.common import nvtx_range
-from workloads.ddp import VARIANTS, unique_params, wrap
-from workloads.sharded_optim import ShardedOptimizer, optimizer_state_bytes
 
 
 class TorchDDP(nn.Module):
@@ -67,7 +66,7 @@ def parse_variant(text: str) -> tuple[str, float]:
 
 def build_model(size: str, ctx: int, device: torch.device, seed: int) -> nn.Module:
     """The CS336 Transformer LM of workloads.models (each rank seeds differently: the wrapper's broadcast must fix it)."""
-    from workloads.models import TransformerLM
+    from profiler_kit.workloads.models import TransformerLM
 
     torch.manual_seed(seed)
     return TransformerLM(size, ctx, device=device)

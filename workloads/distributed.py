@@ -3,7 +3,7 @@
 Run under torchrun, one process per rank (gloo on CPU processes, NCCL one GPU
 per rank)::
 
-    torchrun --nproc-per-node 2 -m workloads.distributed --backend gloo \
+    torchrun --nproc-per-node 2 -m profiler_kit.workloads.distributed --backend gloo \
         --sizes-mb 1 10 100 1000 --out reports/ddp/allreduce_gloo.jsonl
 
 Sizes are MiB (2**20 bytes) of float32, as torch DDP's ``bucket_cap_mb`` counts

@@ -26,13 +26,12 @@ from __future__ import annotations
 import functools
 
 import torch
+from profiler_kit.workloads.gluon_tiles import acc_layout, tile_order
+from profiler_kit.workloads.triton_launch import capability, launch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-from workloads.gluon_tiles import acc_layout, tile_order
-from workloads.triton_launch import capability, launch
 
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)

@@ -31,6 +31,8 @@ import functools
 import os
 
 import torch
+from profiler_kit.workloads.gluon_tiles import acc_layout, tile_order
+from profiler_kit.workloads.triton_launch import capability, launch
 from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -44,9 +46,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-from workloads.gluon_tiles import acc_layout, tile_order
-from workloads.triton_launch import capability, launch
 
 LOG2E = gl.constexpr(1.4426950408889634)
 KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns (two a program)

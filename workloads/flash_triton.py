@@ -72,9 +72,8 @@ import os
 import torch
 import triton
 import triton.language as tl
+from profiler_kit.workloads.triton_launch import INTERPRET, capability, desc_hook, launch
 from triton.tools.tensor_descriptor import TensorDescriptor
-
-from workloads.triton_launch import INTERPRET, capability, desc_hook, launch
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -684,7 +683,7 @@ def _gluon_ws(q: torch.Tensor):
     if not triton.__version__.startswith(GLUON_WS_TRITON):
         return None
     try:
-        from workloads import flash_gluon_ws
+        from profiler_kit.workloads import flash_gluon_ws
     except (ImportError, AttributeError):  # a Triton without Gluon, or whose internals it uses have moved
         return None
     return flash_gluon_ws if flash_gluon_ws.supported(q) else None
@@ -695,7 +694,7 @@ def _gluon_fwd(q: torch.Tensor, k: torch.Tensor):
     if not triton.__version__.startswith(GLUON_WS_TRITON):
         return None
     try:
-        from workloads import flash_gluon_fwd
+        from profiler_kit.workloads import flash_gluon_fwd
     except (ImportError, AttributeError):
         return None
     return flash_gluon_fwd if flash_gluon_fwd.supported(q, k) else None

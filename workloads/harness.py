@@ -8,7 +8,7 @@ rendered as a markdown table.
 
 Run one spec from the command line (the nsys backend and the sweep do this)::
 
-    python -m workloads.harness --spec '{"size": "tiny", "device": "cpu", "mode": "train"}' --out row.json
+    python -m profiler_kit.workloads.harness --spec '{"size": "tiny", "device": "cpu", "mode": "train"}' --out row.json
 
 ``--memory PATH`` records the CUDA allocator's history in that process and dumps
 the snapshot there (``MemoryHistory``): the nsys backend needs the snapshot from
@@ -31,9 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
-from workloads.common import nvtx_range, sync
-from workloads.models import RunSpec, count_parameters, model_config
+from profiler_kit.workloads.common import nvtx_range, sync
+from profiler_kit.workloads.models import RunSpec, count_parameters, model_config
 
 PHASE_ORDER = ("forward", "backward", "optimizer", "step", "step_wall")
 # the ring buffer of torch.cuda.memory._record_memory_history, as large as CS336 assignment 2 makes it
@@ -146,7 +145,7 @@ class CallableWorkload:
 
 def _attention_module():
     try:
-        return importlib.import_module("workloads.attention")
+        return importlib.import_module("profiler_kit.workloads.attention")
     except ImportError as err:
         raise ValueError(
             f"workload 'attention' needs workloads.attention (attention_step), not available: {err}"
@@ -156,7 +155,7 @@ def _attention_module():
 def build_workload(spec: RunSpec):
     """The steppable workload for ``spec``: the Transformer LM or one attention layer."""
     if spec.workload == "lm":
-        from workloads.models import build
+        from profiler_kit.workloads.models import build
 
         return build(spec)
     if spec.workload == "attention":

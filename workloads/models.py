@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+from profiler_kit.workloads.common import nvtx_range
 from torch import nn
-
-from workloads.common import nvtx_range
 
 VOCAB = 10_000
 
@@ -206,7 +205,7 @@ def resolve_attention(impl: str) -> Callable:
     if impl == "sdpa":
         return sdpa_attention
     try:
-        from workloads.attention import get_impl
+        from profiler_kit.workloads.attention import get_impl
     except ImportError as err:
         raise ValueError(f"attention {impl!r} needs workloads.attention, which is not available: {err}") from None
     return get_impl({"flash_pytorch": "flash_pytorch", "flash_triton": "triton"}[impl])

@@ -6,7 +6,7 @@
   fc1 output, LayerNorm output, logits, loss, gradients) inside autocast.
 - ``warmup_study()``: mean and spread of timed steps after 0, 1, 2, 5 warm-ups.
 
-Run: ``python -m workloads.precision --device cuda --size small --out results.json``
+Run: ``python -m profiler_kit.workloads.precision --device cuda --size small --out results.json``
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import sys
 from dataclasses import replace
 
 import torch
+from profiler_kit.workloads.common import emit_json
+from profiler_kit.workloads.harness import measure, stats
+from profiler_kit.workloads.models import RunSpec, build
 from torch import nn
-
-from workloads.common import emit_json
-from workloads.harness import measure, stats
-from workloads.models import RunSpec, build
 
 
 def accumulation(n: int = 1000, value: float = 0.01) -> list[dict]:

@@ -14,8 +14,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from workloads.common import nvtx_range
+from profiler_kit.workloads.common import nvtx_range
 
 
 def shard_owners(sizes: list[int], world_size: int) -> list[int]:
