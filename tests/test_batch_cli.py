@@ -315,7 +315,20 @@ def test_failed_write_leaves_the_old_report_whole(tmp_path, monkeypatch, exc, co
     assert (out / "report.md").read_text() == "old report\n"
 
 
-def test_ctrl_c_while_renaming_keeps_the_report_whole(tmp_path, monkeypatch):
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt here even where the test process was started with SIGINT ignored
+    (a background job of a non-interactive shell)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def _sigint_default():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the child installs Python's own handler over this
+
+
+def test_ctrl_c_while_renaming_keeps_the_report_whole(tmp_path, monkeypatch, sigint_raises):
     """Ctrl-C between two renames waits until every file is in place: never half the new report."""
     out = tmp_path / "out"
     real = os.replace
@@ -393,6 +406,7 @@ def test_sigint_to_a_running_report(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=_sigint_default,
     )
     assert proc.stderr.readline() == "analysing\n"
     proc.send_signal(signal.SIGINT)
