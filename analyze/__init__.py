@@ -15,4 +15,4 @@ def __getattr__(name: str):
         from profiler_kit.analyze.tables import Trace
 
         return Trace
-    raise AttributeError(f"module 'analyze' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,14 +41,12 @@ def start(reads: list[IntegerRead]) -> dict[IntegerRead, EarlyRead]:
     """Fork a child that reads ``reads`` (whole tables, ``root`` set) from the pages; a handle per read.
 
     Empty when nothing was started: not Linux, other threads running, or the fork failed.
-    numpy (with the page reader) is imported here, before the fork, so that the child starts
-    reading at once (importing it in both processes at once took each twice as long); the
+    numpy (with the page reader, which ``nsys_schema`` imports) is loaded before the fork, so that the
+    child starts reading at once (importing it in both processes at once took each twice as long); the
     report imports it next anyway.
     """
     if not reads or sys.platform != "linux" or not hasattr(os, "memfd_create") or threading.active_count() > 1:
         return {}
-    import profiler_kit.analyze.sqlite_pages  # noqa: F401  (numpy with it)
-
     opened: list[int] = []
     try:
         opened.append(os.memfd_create("profiler-kit-early-read", os.MFD_CLOEXEC))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profiler_kit.analyze.errors import InputError
-from profiler_kit.analyze.nsys_schema import KERNEL_TABLE, LEAN_READS, Catalog, IntegerRead, adbc_sqlite, fetch_arrow
+from profiler_kit.analyze.nsys_schema import KERNEL_TABLE, LEAN_READS, Catalog, IntegerRead, adbc_sqlite, fetch_sql
 
 if TYPE_CHECKING:  # imported where used: a report imports this module before the fork in ``start``
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,7 +57,7 @@ class Prefetch:
             from concurrent.futures import ThreadPoolExecutor
 
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-prefetch")
-        self.started[kernels[0]] = self.pool.submit(fetch_arrow, Path(kernels[0].path), kernels[0].sql)
+        self.started[kernels[0]] = self.pool.submit(fetch_sql, kernels[0])
 
     def take(self, read: IntegerRead) -> Future | None:
         """The prefetched result of ``read``, once (None when there is none)."""

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.sqlite_pages import (
+    MISSING,
+    read_integer_columns,
+)  # NULL or absent column: MISSING (numpy with it)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -58,7 +62,6 @@ GRAPH_LAUNCH_APIS = ("cudaGraphLaunch", "cuGraphLaunch")  # StringIds names star
 GRAPH_EVENT_TABLES = (GRAPH_TRACE_TABLE, "CUDA_GRAPH_NODE_EVENTS", "CUDA_GRAPH_EVENTS")  # rows here: graphs were used
 
 COLUMNAR_BATCH_ROWS = 1 << 24  # rows per Arrow batch of an ADBC read (buffers grow as rows come, none preallocated)
-MISSING = -1  # NULL or absent integer column (nsys ids, times and sizes are never negative)
 
 
 @functools.cache
@@ -291,7 +294,6 @@ def page_columns(read: IntegerRead, allocate=None) -> dict | None:
 
     ``allocate(rows)`` gives each column's int64 array (``sqlite_pages.read_integer_columns``).
     """
-    from profiler_kit.analyze.sqlite_pages import read_integer_columns
 
     return read_integer_columns(Path(read.path), read.root, dict(read.positions), read.ncols, allocate)
 

@@ -18,6 +18,7 @@ from profiler_kit.analyze.tables import Trace
 
 if TYPE_CHECKING:
     from profiler_kit.analyze.nsys_prefetch import Prefetch
+    from profiler_kit.analyze.trace_cache import CacheWriter
 
 SOURCE_RULES = (  # suffix, kind; first match wins
     (".nsys-rep", "nsys-report"),
@@ -143,15 +144,15 @@ def discover(paths: list[str | Path], skip: Skip | None = None) -> list[Source]:
 def read_trace(
     source: Source,
     details: bool = True,
-    cache: bool = False,
+    cache: CacheWriter | None = None,
     runtime_later: bool = False,
     prefetched: Prefetch | None = None,
 ) -> Trace:
     """Read one trace file (nsys export or report, or Kineto JSON) into a Trace.
 
     ``details=False`` lets the nsys reader skip columns the breakdowns never use
-    (``read_nsys_sqlite``); ``cache=True`` keeps a big export's tables beside it
-    as Arrow files for the next read (``analyze.trace_cache``); ``runtime_later``
+    (``read_nsys_sqlite``); ``cache``, a ``trace_cache.CacheWriter``, keeps a big export's
+    tables beside it as Arrow files for the next read (the caller waits on its ``finish``); ``runtime_later``
     may hand the Trace over while an export's runtime table is still being read;
     ``prefetched``: reads of the export started early (``analyze.nsys_prefetch``).
     """
@@ -163,7 +164,10 @@ def read_trace(
         from profiler_kit.analyze.trace_cache import read_cached
 
         return read_cached(
-            path, lambda: read_nsys_sqlite(path, details, runtime_later, prefetched), variant=f"details={details}"
+            path,
+            lambda: read_nsys_sqlite(path, details, runtime_later, prefetched),
+            cache,
+            variant=f"details={details}",
         )
 
     if source.kind == "nsys-sqlite":

@@ -8,7 +8,7 @@ its key still matches: the export's size and modification time, how it was read
 versions, so a changed file or a changed reader never serves stale tables.
 
 Writing is all or nothing: the folder is built under a temporary name and
-renamed into place. A folder without write permission bits (or any write error)
+renamed into place, on a thread of a ``CacheWriter`` that the command makes and waits for. A folder without write permission bits (or any write error)
 means no cache, silently; a cache that fails to load is ignored and rebuilt.
 """
 
@@ -33,17 +33,40 @@ SUFFIX = ".profiler-kit-cache"
 READER_SOURCES = ("early_read.py", "nsys_schema.py", "nsys_sqlite.py", "sqlite_pages.py", "tables.py", "trace_cache.py")
 
 
-_pending: list[threading.Thread] = []
-_written: list[Path] = []
+class CacheWriter:
+    """The cache writes one command starts (``read_cached``), so it can wait for them and say where they went.
 
+    Made by the command line (or a Dask task) and passed down to the reader; no module state.
+    """
 
-def finish_writes() -> list[Path]:
-    """Wait for the cache writes started so far; the cache folders they completed (so a CLI can say so)."""
-    while _pending:
-        _pending.pop().join()
-    done = list(_written)
-    _written.clear()
-    return done
+    def __init__(self) -> None:
+        self.pending: list[threading.Thread] = []
+        self.written: list[Path] = []
+        self._lock = threading.Lock()
+
+    def start(self, folder: Path, arrow_tables: Callable[[], tuple[dict, dict]]) -> threading.Thread:
+        """Write ``folder`` from ``arrow_tables()`` on a thread (not a daemon: the process waits for it)."""
+        thread = threading.Thread(target=self._write, args=(folder, arrow_tables), name="trace-cache")
+        thread.start()
+        self.pending.append(thread)
+        return thread
+
+    def add(self, folders: list[Path]) -> None:
+        """Count folders written elsewhere (a Dask worker's ``finish``) as this command's."""
+        with self._lock:
+            self.written.extend(folders)
+
+    def finish(self) -> list[Path]:
+        """Wait for the writes started so far; the cache folders written since the last call."""
+        while self.pending:
+            self.pending.pop().join()
+        with self._lock:
+            done, self.written = self.written, []
+        return done
+
+    def _write(self, folder: Path, arrow_tables: Callable[[], tuple[dict, dict]]) -> None:
+        if _write(folder, arrow_tables):
+            self.add([folder])
 
 
 def cache_dir(path: Path) -> Path:
@@ -86,8 +109,8 @@ def prefetch_uncached(path: Path, prefetch: Prefetch, cache: bool = True) -> Pre
     return prefetch
 
 
-def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Trace:
-    """``read()``'s Trace, from the cache beside ``path`` when it is current, else read and cached.
+def read_cached(path: Path, read: Callable[[], Trace], writer: CacheWriter, variant: str = "") -> Trace:
+    """``read()``'s Trace, from the cache beside ``path`` when it is current, else read and cached by ``writer``.
 
     Exports under MIN_EXPORT_BYTES are always read directly. A cached Trace's
     ``meta["source"]`` is ``path`` as given this time.
@@ -103,7 +126,7 @@ def read_cached(path: Path, read: Callable[[], Trace], variant: str = "") -> Tra
     trace = _load(cache_dir(path), key)
     if trace is None:
         trace = read()
-        _save_soon(cache_dir(path), key, trace)
+        _save_soon(writer, cache_dir(path), key, trace)
     else:
         trace.meta["source"] = str(path)
     return trace
@@ -129,12 +152,11 @@ def _load(folder: Path, key: dict) -> Trace | None:
         return None
 
 
-def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None:
-    """Start writing the cache on a thread (Arrow writes without the GIL) while the caller analyses.
+def _save_soon(writer: CacheWriter, folder: Path, key: dict, trace: Trace) -> threading.Thread | None:
+    """Start writing the cache on ``writer``'s thread (Arrow writes without the GIL) while the caller analyses.
 
     The thread takes the tables (waiting there for any still ``arriving``); the Arrow tables share
-    the DataFrames' buffers, which nothing modifies in place. The thread is not a daemon: the
-    process waits for it before exiting.
+    the DataFrames' buffers, which nothing modifies in place.
     """
     import numpy as np
     import pyarrow as pa
@@ -156,14 +178,11 @@ def _save_soon(folder: Path, key: dict, trace: Trace) -> threading.Thread | None
             tables[name] = pa.Table.from_pandas(df.drop(columns=list(constant[name])), preserve_index=False, nthreads=1)
         return tables, {"key": key, "meta": meta, "constant": constant}
 
-    thread = threading.Thread(target=_write, args=(folder, arrow_tables), name="trace-cache")
-    thread.start()
-    _pending.append(thread)
-    return thread
+    return writer.start(folder, arrow_tables)
 
 
-def _write(folder: Path, arrow_tables: Callable[[], tuple[dict, dict]]) -> None:
-    """Write the cache folder under a temporary name, then rename it into place; any error: no cache."""
+def _write(folder: Path, arrow_tables: Callable[[], tuple[dict, dict]]) -> bool:
+    """Write the cache folder under a temporary name, then rename it into place; whether it was (any error: no cache)."""
     import shutil
     import tempfile
 
@@ -184,10 +203,10 @@ def _write(folder: Path, arrow_tables: Callable[[], tuple[dict, dict]]) -> None:
             os.rename(folder, old)
         os.rename(tmp, folder)
         tmp = None
-        _written.append(folder)
         shutil.rmtree(old, ignore_errors=True)
+        return True
     except (OSError, pa.ArrowException, TypeError, ValueError, InputError):  # InputError: the read failed
-        pass
+        return False
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -129,10 +129,11 @@ from pathlib import Path
 marks = [time.perf_counter()]
 from profiler_kit.analyze.breakdown import analyze_trace
 from profiler_kit.analyze.sources import Source, read_trace
+from profiler_kit.analyze.trace_cache import CacheWriter
 from profiler_kit.build import REPORT_TABLES, TraceResult, build_report
 from profiler_kit.output import render_report_files
 marks.append(time.perf_counter())
-trace = read_trace(Source(Path(sys.argv[1]), "nsys-sqlite"), details=False, cache=True)
+trace = read_trace(Source(Path(sys.argv[1]), "nsys-sqlite"), details=False, cache=CacheWriter())
 marks.append(time.perf_counter())
 tables = analyze_trace(trace, REPORT_TABLES)
 marks.append(time.perf_counter())

@@ -529,7 +529,7 @@ def memory_counters_section(res: TraceResult) -> Section:
     )
 
 
-def analyze_source(src, label: str, cache: bool = False, prefetched=None) -> TraceResult:
+def analyze_source(src, label: str, cache=None, prefetched=None) -> TraceResult:
     """Read and analyse one trace source, reduced to the small tables a report shows (raises READ_ERRORS)."""
     from profiler_kit.analyze.arrays import distinct_values
     from profiler_kit.analyze.breakdown import analyze_trace
@@ -554,7 +554,8 @@ _worker_ready = False
 
 
 def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
-    """``analyze_source`` as a Dask task: its cache write finished there, and the folders written.
+    """``analyze_source`` as a Dask task: its cache write (``cache``: whether to write one) finished there,
+    and the folders written.
 
     A worker's first task gives it the report's process settings (``process.tune_report``) and freezes what
     it has imported (Dask's objects and ours) out of the cyclic collector's passes, as the CLI does.
@@ -568,32 +569,32 @@ def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
         process.tune_report()
         gc.freeze()
         _worker_ready = True
-    result = analyze_source(*item, cache=cache)
     if not cache:
-        return result, []
-    from profiler_kit.analyze.trace_cache import finish_writes
+        return analyze_source(*item), []
+    from profiler_kit.analyze.trace_cache import CacheWriter
 
-    return result, finish_writes()
+    writer = CacheWriter()
+    result = analyze_source(*item, cache=writer)
+    return result, writer.finish()
 
 
 def analyze_sources(
     sources,
     roots,
     on_each=None,
-    cache: bool = False,
+    cache=None,
     skip=None,
     workers: int = 1,
     scheduler=None,
-    cached=None,
     prefetched=None,
 ) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
-    ``cache`` keeps big exports' tables beside them for the next report (``analyze.trace_cache``).
+    ``cache``, an ``analyze.trace_cache.CacheWriter``, keeps big exports' tables beside them for the next report.
     ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
     (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``workers`` > 1 or a
     ``scheduler`` address runs one task per source on Dask (``profiler_kit.parallel``); the cache folders its
-    workers wrote are added to the list ``cached``. The results are the same, in the order of ``sources``.
+    workers wrote are added to ``cache``'s (``CacheWriter.add``). The results are the same, in the order of ``sources``.
     ``prefetched``: reads started early (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their
     export (in this process only).
     """
@@ -610,7 +611,7 @@ def analyze_sources(
             skip=skip,
         )
     pairs = map_inputs(
-        functools.partial(_analyze_task, cache),
+        functools.partial(_analyze_task, cache is not None),
         items,
         key=_path,
         workers=workers,
@@ -619,8 +620,8 @@ def analyze_sources(
         skip=skip,
     )
     for _, folders in pairs:
-        if cached is not None:
-            cached.extend(folders)
+        if cache is not None:
+            cache.add(folders)
     return [res for res, _ in pairs]
 
 

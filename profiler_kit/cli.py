@@ -185,6 +185,12 @@ def write_report(out_dir: Path, files: dict[str, str | bytes]) -> None:
         raise CannotWrite(str(err)) from None
 
 
+def say_cached(writer) -> None:
+    """Wait for the cache writes of ``writer`` (a ``trace_cache.CacheWriter``, or None) and say where they went."""
+    for folder in writer.finish() if writer is not None else ():
+        click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
+
+
 @contextlib.contextmanager
 def writing_stdout():
     """Around writes to standard output: a reader that went away (``| head``) ends the command quietly with
@@ -405,6 +411,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
             prefetched = prefetch_uncached(Path(paths[0]), Prefetch(), cache=not no_cache)
     with importing():
         from profiler_kit.analyze.sources import TRACE_KINDS, discover
+        from profiler_kit.analyze.trace_cache import CacheWriter
         from profiler_kit.build import analyze_sources, build_report
         from profiler_kit.build_sweep import build_sweep_sections, find_run_dirs
         from profiler_kit.output import render_report_files
@@ -421,17 +428,16 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
         from profiler_kit.parallel import default_workers
 
         workers = default_workers([s.path for s in traces])
-    cached = []
+    writer = None if no_cache else CacheWriter()
     with progress_bar(len(traces), "Analysing") as bar:
         results = analyze_sources(
             traces,
             paths,
             on_each=lambda _: bar.update(1),
-            cache=not no_cache,
+            cache=writer,
             skip=skips,
             workers=workers,
             scheduler=scheduler,
-            cached=cached,
             prefetched=prefetched,
         )
     loaded = []
@@ -448,11 +454,7 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
     rep = build_report(results, top=top, extra=extra, skipped=skips.skipped)
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     write_report(out_dir, files)
-    if not no_cache:
-        from profiler_kit.analyze.trace_cache import finish_writes
-
-        for folder in [*cached, *finish_writes()]:
-            click.echo(f"cached tables for the next report in {folder} (--no-cache: none)", err=True)
+    say_cached(writer)
     skips.finish()
 
 
@@ -962,7 +964,7 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
     with importing():  # big exports start being read now, beside the imports below (as report does)
         from profiler_kit.analyze.nsys_prefetch import Prefetch
-        from profiler_kit.analyze.trace_cache import prefetch_uncached
+        from profiler_kit.analyze.trace_cache import CacheWriter, prefetch_uncached
 
         prefetched = Prefetch()
         for path in (base, new):
@@ -974,6 +976,7 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
 
     rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
     out_dir = writable(out_dir or Path("reports") / "diff")
+    writer = None if no_cache else CacheWriter()
     rep, verdicts = run_diff(
         base,
         new,
@@ -983,11 +986,12 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
         threshold=threshold / 100,
         top=top,
         everything=fmt != "md",
-        cache=not no_cache,
+        cache=writer,
         prefetched=prefetched,
     )
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     write_report(out_dir, files)
+    say_cached(writer)
     for line in verdicts.loc[verdicts["metric"] == "", "line"] if verdicts is not None else ():
         click.echo(f"Warning: --fail-on {line}", err=True)  # a regex that matched no name checks nothing
     broken = gate_lines(verdicts) if verdicts is not None else []

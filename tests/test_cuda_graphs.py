@@ -309,8 +309,9 @@ def test_every_read_path_gives_the_same_tables(make, tmp_path, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(trace_cache, "MIN_EXPORT_BYTES", 0)  # the Arrow cache: written, then read
     for _ in range(2):
-        cached = read_trace(Source(path, "nsys-sqlite"), details=False, cache=True)
-        trace_cache.finish_writes()
+        writer = trace_cache.CacheWriter()
+        cached = read_trace(Source(path, "nsys-sqlite"), details=False, cache=writer)
+        writer.finish()
         cached.meta = want.meta
         _assert_same(want, cached)
     assert trace_cache.cache_dir(path).is_dir()

@@ -142,3 +142,11 @@ def test_nvtx_command_keeps_the_unnamed_range():
     table = pd.read_csv(pd.io.common.StringIO(run("nvtx", NSYS_EXPORT, "--top", "3", "--format", "csv").output))
     assert len(table) == 3 and table["range"].isna().tolist() == [False, False, True]
     assert table["kernels"].iloc[-1] == 2720 and table["instances"].iloc[-1] == 0
+
+
+def test_package_names_itself_in_attribute_errors():
+    import profiler_kit.analyze as analyze
+
+    assert analyze.Trace.__name__ == "Trace"  # loaded on first use
+    with pytest.raises(AttributeError, match="module 'profiler_kit.analyze' has no attribute 'nothing'"):
+        analyze.nothing  # noqa: B018

@@ -25,8 +25,8 @@ def export(tmp_path, monkeypatch):
 
 
 def read(path: Path):
-    trace = read_trace(Source(path, "nsys-sqlite"), details=False, cache=True)
-    trace_cache.finish_writes()
+    trace = read_trace(Source(path, "nsys-sqlite"), details=False, cache=(writer := trace_cache.CacheWriter()))
+    writer.finish()
     return trace
 
 
@@ -110,3 +110,14 @@ def test_report_says_where_it_cached(export, tmp_path):
     assert f"cached tables for the next report in {trace_cache.cache_dir(export)}" in res.output
     res = CliRunner().invoke(cli, ["report", str(export), "-o", str(tmp_path / "out"), "--no-html"])
     assert "cached tables" not in res.output  # served from the cache: nothing new written
+
+
+def test_each_writer_reports_its_own_writes(export):
+    """No module state: a writer's ``finish`` names the folders its reads wrote, and only those."""
+    first, second = trace_cache.CacheWriter(), trace_cache.CacheWriter()
+    read_trace(Source(export, "nsys-sqlite"), details=False, cache=first)
+    assert second.finish() == []
+    assert first.finish() == [trace_cache.cache_dir(export)]
+    assert first.finish() == []  # said once
+    read_trace(Source(export, "nsys-sqlite"), details=False, cache=second)  # served from the cache
+    assert second.finish() == []
