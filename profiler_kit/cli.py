@@ -59,6 +59,33 @@ class Interrupted(click.ClickException):
         super().__init__("interrupted (Ctrl-C)")
 
 
+HELP_TERM_WIDTH = 30  # click's widest option column (HelpFormatter.write_dl's col_max)
+
+
+class SectionedCommand(click.Command):
+    """A command whose ``--help`` lists its options under titled sections (``sections``: title -> parameter names),
+    so a reader finds the ones of one workload together; options no section names come last, as "Other options"."""
+
+    def __init__(self, *args, sections: dict[str, tuple[str, ...]], **kwargs):
+        super().__init__(*args, **kwargs)
+        unknown = {n for names in sections.values() for n in names} - {p.name for p in self.params} - {"help"}
+        if unknown:
+            raise ValueError(f"{self.name}: sections name no such option: {', '.join(sorted(unknown))}")
+        self.sections = sections
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx)}
+        placed = {n for names in self.sections.values() for n in names}
+        groups = [(title, [rows[n] for n in names if rows[n]]) for title, names in self.sections.items()]
+        groups.append(("Other options", [row for n, row in rows.items() if row and n not in placed]))
+        # one column for the help text in every section, as click's single list would have it
+        width = min(max(len(term) for term, _ in filter(None, rows.values())), HELP_TERM_WIDTH)
+        for title, records in groups:
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl([(term.ljust(width), text) for term, text in records], col_max=width)
+
+
 def caused_by_ctrl_c(err: BaseException) -> bool:
     """Did Ctrl-C set off ``err``? A reader's cleanup can fail while a KeyboardInterrupt passes through it
     (the SQLite driver: "cannot close, exported pointers exist"), and its error must not hide the Ctrl-C."""
@@ -309,6 +336,12 @@ def single_file(paths) -> bool:
     return len(paths) == 1 and not Path(paths[0]).is_dir()
 
 
+def format_option(help: str):
+    """--format: md, csv or json."""
+    choice = click.Choice(["md", "csv", "json"])
+    return click.option("--format", "fmt", type=choice, default="md", show_default=True, help=help)
+
+
 def output_options(default_stem: str):
     """The flags every report-writing command shares."""
 
@@ -322,14 +355,9 @@ def output_options(default_stem: str):
             default=None,
             help="Folder for the output files [default: a folder under reports/ named for the input].",
         )(fn)
-        fn = click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(["md", "csv", "json"]),
-            default="md",
-            show_default=True,
-            help="md: one markdown report; csv/json: one file per table, raw units (ns, bytes, fractions).",
-        )(fn)
+        fn = format_option("md: one markdown report; csv/json: one file per table, raw units (ns, bytes, fractions).")(
+            fn
+        )
         fn = click.option("--no-html", is_flag=True, help="Skip the interactive HTML charts file.")(fn)
         fn = click.option("--top", type=click.IntRange(1), default=15, show_default=True, help="Rows in top-N tables.")(
             fn
@@ -488,14 +516,8 @@ def _print_table(df, fmt: str) -> None:
             click.echo(render_table_md(df))
 
 
-table_format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["md", "csv", "json"]),
-    default="md",
-    show_default=True,
-    help="Markdown table, or CSV/JSON in raw units (ns, bytes).",
-)  # the printing commands' (kernels, nvtx, api) output format
+# the printing commands' (kernels, nvtx, api) output format
+table_format_option = format_option("Markdown table, or CSV/JSON in raw units (ns, bytes).")
 
 
 @cli.command()
@@ -627,66 +649,88 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@cli.command()
+MODES = click.Choice(["forward", "forward_backward", "train"])
+PRECISIONS = click.Choice(["fp32", "bf16", "fp16"])
+
+# record's options by the workloads they apply to (its --help shows them so)
+RECORD_SECTIONS = {
+    "Common options": ("mode", "precision", "compile_", "batch", "steps", "warmup", "device", "out_dir", "help"),
+    "WORKLOAD tiny ... 2.7B (a Transformer)": ("ctx", "attention", "fused_adamw"),
+    "WORKLOAD attention (one attention layer)": ("impl", "seq", "d_head", "heads"),
+    "WORKLOAD ddp (data-parallel; of the others it takes --ctx --batch --steps --warmup --device -o)": (
+        "variant",
+        "bucket_mb",
+        "nproc",
+        "sharded",
+        "ddp_size",
+    ),
+    "Profiling": ("backend", "memory", "calibrate"),
+}
+
+
+def backend_option(default: str, help: str):
+    """--backend of record and sweep."""
+    choice = click.Choice(["auto", "nsys", "torch", "none"])
+    return click.option("--backend", type=choice, default=default, show_default=True, help=help)
+
+
+def runs_folder_option(default: Path, help: str):
+    """-o/--out-dir of record and sweep: the folder their run folders go into."""
+    return click.option(
+        "-o", "--out-dir", type=click.Path(path_type=Path), default=default, show_default=True, help=help
+    )
+
+
+def steps_options(per: str = ""):
+    """--steps and --warmup of record and sweep (``per``: " per cell")."""
+
+    def wrap(fn):
+        fn = click.option(
+            "--warmup", type=click.IntRange(0), default=5, show_default=True, help=f"Warm-up steps{per}."
+        )(fn)
+        return click.option(
+            "--steps", type=click.IntRange(1), default=10, show_default=True, help=f"Timed (and profiled) steps{per}."
+        )(fn)
+
+    return wrap
+
+
+@cli.command(cls=SectionedCommand, sections=RECORD_SECTIONS)
 @click.argument("workload", metavar="WORKLOAD")
-@click.option("--ctx", type=click.IntRange(1), default=512, show_default=True, help="Context length (LM sizes).")
-@click.option("--batch", type=click.IntRange(1), default=None, help="Batch size [default: 4; attention 8].")
 @click.option(
-    "--mode",
-    type=click.Choice(["forward", "forward_backward", "train"]),
-    default="train",
-    show_default=True,
-    help="What each step runs (train adds the optimizer).",
+    "--mode", type=MODES, default="train", show_default=True, help="What each step runs (train adds the optimizer)."
 )
-@click.option(
-    "--precision",
-    type=click.Choice(["fp32", "bf16", "fp16"]),
-    default="fp32",
-    show_default=True,
-    help="fp32, or bf16/fp16 autocast.",
-)
+@click.option("--precision", type=PRECISIONS, default="fp32", show_default=True, help="fp32, or bf16/fp16 autocast.")
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option("--batch", type=click.IntRange(1), default=None, help="Batch size [default: 4; attention 8].")
+@steps_options()
+@click.option("--device", default=None, help="cuda or cpu [default: cuda when available, else cpu, said on stderr].")
+@runs_folder_option(Path("outputs"), "Folder that gets outputs/<run_id>/.")
+@click.option("--ctx", type=click.IntRange(1), default=512, show_default=True, help="Context length.")
 @click.option(
     "--attention",
     type=click.Choice(["reference", "sdpa", "flash_pytorch", "flash_triton"]),
     default="reference",
     show_default=True,
-    help="Attention inside the LM.",
+    help="Attention inside the model.",
 )
 @click.option("--fused-adamw", is_flag=True, help="torch.optim.AdamW(fused=True) instead of the hand-written AdamW.")
-@click.option("--impl", default="sdpa", show_default=True, help="attention workload: naive, compiled, sdpa, ...")
-@click.option("--seq", type=click.IntRange(1), default=1024, show_default=True, help="attention workload: sequence.")
-@click.option("--d-head", type=click.IntRange(1), default=64, show_default=True, help="attention workload: head dim.")
-@click.option("--heads", type=click.IntRange(0), default=16, show_default=True, help="attention workload: heads.")
-@click.option("--variant", default="bucketed", show_default=True, help="ddp: naive, flat, overlap, bucketed, torch.")
-@click.option("--bucket-mb", type=float, default=25.0, show_default=True, help="ddp: bucket size in MiB.")
-@click.option("--nproc", type=click.IntRange(1), default=2, show_default=True, help="ddp: processes.")
-@click.option("--sharded", is_flag=True, help="ddp: ZeRO-1 sharded optimizer.")
-@click.option("--ddp-size", default="small", show_default=True, help="ddp: model size.")
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "nsys", "torch", "none"]),
-    default="auto",
-    show_default=True,
-    help="Profiler: nsys, the PyTorch profiler, none (timings only); auto picks nsys when it can trace.",
-)
+@click.option("--impl", default="sdpa", show_default=True, help="Implementation: naive, compiled, sdpa, ...")
+@click.option("--seq", type=click.IntRange(1), default=1024, show_default=True, help="Sequence length.")
+@click.option("--d-head", type=click.IntRange(1), default=64, show_default=True, help="Head dimension.")
+@click.option("--heads", type=click.IntRange(0), default=16, show_default=True, help="Heads.")
+@click.option("--variant", default="bucketed", show_default=True, help="naive, flat, overlap, bucketed, torch.")
+@click.option("--bucket-mb", type=float, default=25.0, show_default=True, help="Bucket size in MiB.")
+@click.option("--nproc", type=click.IntRange(1), default=2, show_default=True, help="Processes.")
+@click.option("--sharded", is_flag=True, help="ZeRO-1 sharded optimizer.")
+@click.option("--ddp-size", default="small", show_default=True, help="Model size.")
+@backend_option("auto", "Profiler: nsys, the PyTorch profiler, none (timings only); auto picks nsys when it can trace.")
 @click.option(
     "--memory",
     is_flag=True,
     help="Also write a CUDA memory snapshot (memory.pickle), with any backend; none on the CPU (run.json says so).",
 )
-@click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed (and profiled) steps.")
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps.")
 @click.option("--calibrate", is_flag=True, help="Measure this GPU's GEMM TFLOP/s and copy bandwidth first.")
-@click.option("--device", default=None, help="cuda or cpu [default: cuda when available, else cpu, said on stderr].")
-@click.option(
-    "-o",
-    "--out-dir",
-    type=click.Path(path_type=Path),
-    default=Path("outputs"),
-    show_default=True,
-    help="Folder that gets outputs/<run_id>/.",
-)
 def record(
     workload,
     ctx,
@@ -816,29 +860,15 @@ def _csv_list(cast):
 )
 @click.option("--modes", default="forward,train", show_default=True, callback=_csv_list(str), help="Step modes.")
 @click.option("--precisions", default="fp32,bf16", show_default=True, callback=_csv_list(str), help="Precisions.")
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "nsys", "torch", "none"]),
-    default="torch",
-    show_default=True,
-    help="Profiler of each cell (as record).",
-)
-@click.option("--steps", type=click.IntRange(1), default=10, show_default=True, help="Timed steps per cell.")
-@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True, help="Warm-up steps per cell.")
+@backend_option("torch", "Profiler of each cell (as record).")
+@steps_options(" per cell")
 @click.option("--batch", type=click.IntRange(1), default=4, show_default=True, help="Batch size.")
 @click.option("--memory", is_flag=True, help="A CUDA memory snapshot per cell.")
 @click.option("--timeout", type=click.IntRange(1), default=1800, show_default=True, help="Seconds per cell.")
 @click.option("--resume", is_flag=True, help="Keep cells whose run.json already says ok or oom.")
 @click.option("--calibrate", is_flag=True, help="First measure this GPU's ceilings into OUT_DIR/calibration.json.")
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when available].")
-@click.option(
-    "-o",
-    "--out-dir",
-    type=click.Path(path_type=Path),
-    default=Path("outputs/sweep"),
-    show_default=True,
-    help="Folder of the sweep: one run folder per cell.",
-)
+@runs_folder_option(Path("outputs/sweep"), "Folder of the sweep: one run folder per cell.")
 def sweep(
     sizes, ctxs, modes, precisions, backend, steps, warmup, batch, memory, timeout, resume, calibrate, device, out_dir
 ):

@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 README = ROOT / "README.md"
 GENERATED = re.compile(r"\]\]\] -->\n(.*?)<!-- \[\[\[end\]\]\] -->", re.S)
 
+OPTIONS_HEADING = re.compile(r"^\S[^\n]*:\n  -", re.M)  # "Options:", or a section of a command that has them
 NO_HELP_YET: set[tuple[str, str]] = set()  # every option has help text; keep it so
 
 
@@ -45,9 +46,29 @@ def test_every_option_of_every_command_is_documented(name):
             continue
         if getattr(param, "hidden", False):
             continue
-        options = section[section.index("\nOptions:\n") :]  # an option's own line, not the examples above
+        options = section[OPTIONS_HEADING.search(section).start() :]  # an option's own line, not the examples above
         for opt in param.opts + param.secondary_opts:
             assert re.search(rf"^ +(\S+, )*{re.escape(opt)}([ ,/=]|$)", options, re.M), (name, opt)
         longest = max(param.opts, key=len)
         if not param.help:
             assert (name, longest) in NO_HELP_YET, f"profiler-kit {name} {longest} has no help text"
+
+
+def test_record_help_groups_options_by_workload():
+    """Each of record's options under the heading of the workloads it applies to, each once, with aligned help."""
+    from profiler_kit.cli import RECORD_SECTIONS
+    from profiler_kit.cli_reference import help_text
+
+    text = help_text("record")
+    cmd = commands()["record"]
+    headings = [m.group(0)[:-5] for m in OPTIONS_HEADING.finditer(text)]
+    assert headings == list(RECORD_SECTIONS), "every option is in a section; no 'Other options'"
+    by_name = {p.name: p for p in cmd.params}
+    for title, names in RECORD_SECTIONS.items():
+        body = text[text.index(f"\n{title}:\n") :].split("\n\n")[0]
+        for name in names:
+            opt = "--help" if name == "help" else max(by_name[name].opts, key=len)
+            assert re.search(rf"^  (\S+, )*{re.escape(opt)}\b", body, re.M), (title, opt)
+    assert {n for names in RECORD_SECTIONS.values() for n in names} == {*by_name, "help"} - {"workload"}
+    columns = {m.start(2) - m.start(0) for m in re.finditer(r"^(  -\S.*?  +)(\S)", text, re.M)}
+    assert len(columns) == 1, f"help text starts in one column in every section, not {sorted(columns)}"
