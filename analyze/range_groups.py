@@ -31,10 +31,7 @@ def group_numbered_ranges(ranges: pd.DataFrame, min_members: int = MIN_MEMBERS) 
     the spread of the members' CPU totals. Rows without a name (kernels outside every range) and plain
     ranges pass through unchanged. Rows are sorted by CPU time like the input.
     """
-    names = ranges["range"]
-    patterns = pd.Series([range_pattern(n) if isinstance(n, str) else None for n in names], index=ranges.index)
-    members = patterns.map(patterns.value_counts())
-    fold = (members >= min_members).to_numpy()
+    patterns, fold = _patterns(ranges["range"], min_members)
     plain = ranges[~fold].assign(
         members=1,
         member_cpu_min_ns=ranges["cpu_total_ns"],
@@ -46,6 +43,40 @@ def group_numbered_ranges(ranges: pd.DataFrame, min_members: int = MIN_MEMBERS) 
     folded = _fold(ranges[fold], patterns[fold].to_numpy())
     out = pd.concat([plain, folded.reindex(columns=plain.columns)], ignore_index=True)
     return out.sort_values("cpu_total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _patterns(names: pd.Series, min_members: int) -> tuple[pd.Series, np.ndarray]:
+    """Each name's pattern (None for no name), and which names fold (their pattern has ``min_members`` or more)."""
+    patterns = pd.Series([range_pattern(n) if isinstance(n, str) else None for n in names], index=names.index)
+    return patterns, (patterns.map(patterns.value_counts()) >= min_members).to_numpy()
+
+
+def fold_range_kernels(kernels: pd.DataFrame, ranges: pd.DataFrame, min_members: int = MIN_MEMBERS) -> pd.DataFrame:
+    """The kernels per range (``range``, ``kernel``, ``category``, ``count``, ``total_ns``, ``share_frac``) with
+    the numbered ranges of ``ranges`` folded as ``group_numbered_ranges`` folds them: per pattern and kernel,
+    counts and times summed and the share taken of the pattern's kernel time; costliest kernels first per range.
+    Only those six columns when anything folds (a pattern has no single instance count).
+    """
+    patterns, fold = _patterns(ranges["range"], min_members)
+    if not fold.any() or kernels.empty:
+        return kernels
+    folded_names = dict(zip(ranges["range"][fold], patterns[fold], strict=True))
+    key = kernels["range"].astype(object).map(lambda n: folded_names.get(n, n))
+    summed = (
+        kernels.assign(range=key)
+        .groupby(["range", "kernel", "category"], sort=False, observed=True)[["count", "total_ns"]]
+        .sum()
+        .reset_index()
+    )
+    range_ns = (
+        ranges["kernel_time_ns"].groupby(ranges["range"].astype(object).map(lambda n: folded_names.get(n, n))).sum()
+    )
+    summed["share_frac"] = summed["total_ns"] / summed["range"].map(range_ns).replace(0, np.nan).to_numpy()
+    order = summed.assign(first=summed.groupby("range", sort=False).ngroup())
+    order = order.sort_values(["first", "total_ns"], ascending=[True, False], kind="stable")
+    return order.drop(columns="first").reset_index(drop=True)[
+        ["range", "kernel", "category", "count", "total_ns", "share_frac"]
+    ]
 
 
 def _fold(ranges: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from profiler_kit.analyze.breakdown import TABLES, gemm_vs_elementwise
-from profiler_kit.analyze.range_groups import group_numbered_ranges
+from profiler_kit.analyze.range_groups import fold_range_kernels, group_numbered_ranges
 from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
@@ -314,9 +314,12 @@ def ranges_section(res: TraceResult, top: int) -> Section:
 def kernels_inside_ranges(res: TraceResult, ranges: pd.DataFrame) -> pd.DataFrame:
     """Rows of range_group_kernels: the costliest kernels of the non-phase ranges with the most kernel time."""
     phases = set(res.tables["phases"]["range"])
-    busiest = ranges[(ranges["kernels"] > 0) & ~ranges["range"].isin(phases) & ranges["range"].notna()]
+    folded = group_numbered_ranges(ranges)  # layer_{n}: one range, as in the ranges table
+    busiest = folded[(folded["kernels"] > 0) & ~folded["range"].isin(phases) & folded["range"].notna()]
     names = busiest.sort_values("kernel_time_ns", ascending=False, kind="stable")["range"].head(RANGES_WITH_KERNELS)
-    per_range = res.tables["range_group_kernels"].groupby("range", observed=True, sort=False)
+    per_range = fold_range_kernels(res.tables["range_group_kernels"], ranges).groupby(
+        "range", observed=True, sort=False
+    )
     parts = [per_range.get_group(n).head(KERNELS_PER_RANGE) for n in names if n in per_range.groups]
     cols = ["range", "kernel", "category", "count", "total_ns", "share_frac"]
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)

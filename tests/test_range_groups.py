@@ -69,3 +69,31 @@ def test_report_shows_one_row_per_numbered_pattern():
     table = sec.tables[0].df
     assert list(table["range"]) == ["step", "layer_{n}"] and list(table["members"]) == [1, 6]
     assert any("6 names that differ only in a number are shown as 1 row " in t for t in sec.text)
+
+
+def test_kernels_of_numbered_ranges_fold_like_the_ranges():
+    """The "Top kernels inside each range" rows: one set per pattern, counts and times summed, share of its time."""
+    from profiler_kit.analyze.range_groups import fold_range_kernels
+
+    names = ["layer_0", "layer_1", "layer_2", "forward"]
+    ranges = _ranges(names, [10, 11, 12, 100], [40, 60, 100, 500], [0.0] * 4)
+    kernels = pd.DataFrame(
+        {
+            "range": ["layer_0", "layer_0", "layer_1", "layer_2", "layer_2", "forward"],
+            "kernel": ["gemm", "copy", "gemm", "copy", "gemm", "gemm"],
+            "category": ["gemm", "memory", "gemm", "memory", "gemm", "gemm"],
+            "instances": [1] * 6,
+            "count": [1, 2, 1, 5, 1, 7],
+            "total_ns": [30, 10, 60, 70, 30, 500],
+            "share_frac": [0.75, 0.25, 1.0, 0.7, 0.3, 1.0],
+        }
+    )
+    out = fold_range_kernels(kernels, ranges)
+    assert list(out.columns) == ["range", "kernel", "category", "count", "total_ns", "share_frac"]
+    layers = out[out["range"] == "layer_{n}"]
+    assert layers["kernel"].tolist() == ["gemm", "copy"]  # costliest first: 120 ns against 80
+    assert layers["count"].tolist() == [3, 7] and layers["total_ns"].tolist() == [120, 80]
+    assert layers["share_frac"].tolist() == pytest.approx([120 / 200, 80 / 200])  # of the layers' 200 ns
+    assert out[out["range"] == "forward"][["count", "total_ns"]].values.tolist() == [[7, 500]]
+    unfolded = fold_range_kernels(kernels.iloc[:3], ranges.iloc[[0, 1, 3]])  # two numbered names: no pattern
+    pd.testing.assert_frame_equal(unfolded, kernels.iloc[:3])

@@ -188,3 +188,20 @@ def test_table_file_names_drop_the_trace_extension():
     assert Table("s", pd.DataFrame(), key="nsys/a.sqlite_ranges").key == "nsys_a_ranges"
     assert Table("s", pd.DataFrame(), key="x.json_data_d0_peak").key == "x_data_d0_peak"
     assert Table("Top kernels", pd.DataFrame()).key == "top_kernels"
+
+
+def test_html_tables_fit_the_page():
+    """Numbers right-aligned and never broken inside; text left-aligned; many columns: a smaller font, no scrolling."""
+    import re
+
+    from profiler_kit.render.html import _STYLE, WIDE_TABLE, render_html
+    from profiler_kit.report import Report, Section, Table
+
+    df = pd.DataFrame({"range": ["step", None], "count": [6400, 3], "total_ns": [1_452_000_000, float("nan")]})
+    wide = pd.DataFrame({f"c{i}_frac": [0.5] for i in range(WIDE_TABLE)})
+    page = render_html(Report("t", sections=[Section("s", tables=[Table("a", df), Table("b", wide)])])).decode()
+    assert "<td>step</td><td class='n'>6400</td><td class='n'>1,452.000</td>" in page
+    assert "<td></td><td class='n'>3</td><td class='n'></td>" in page  # missing: empty, not None or nan
+    assert page.count("<table class='wide'>") == 1
+    assert re.search(r"td\.n\{[^}]*white-space:nowrap", _STYLE) and "overflow-x" not in _STYLE
+    assert "overflow-wrap:anywhere" not in _STYLE  # that broke "6400" into "640 / 0" in a narrow column

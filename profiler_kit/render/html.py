@@ -22,14 +22,18 @@ from profiler_kit.render.units import compact_names, display_column, for_display
 from profiler_kit.report import Figure, Report, Section
 
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px;max-width:100%}
+table.wide{font-size:11px}
 code{background:#f3f3f3;padding:0 3px}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}
-td{overflow-wrap:anywhere} td span[title]{text-decoration:underline dotted}
-th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f3f3f3;font-weight:600}
+td{overflow-wrap:break-word} td span[title]{text-decoration:underline dotted}
+th.n,td.n{text-align:right} td.n{white-space:nowrap;font-variant-numeric:tabular-nums}
+table.wide th,table.wide td{padding:2px 4px}
 .note{color:#666;font-style:italic}
 """
+WIDE_TABLE = 12  # columns from which a table is set in a smaller font, so that it fits the page without scrolling
 FIGURE_HEIGHT = 480  # px
 
 
@@ -191,14 +195,42 @@ def _text_cells(values: list) -> list:
 
 
 def _table_html(df) -> str:
+    """A table: text columns left-aligned (long names cut, whole on hover), number columns right-aligned and
+    unbroken (floats to three decimals with thousands separators, integers as they are), missing values empty."""
     if df.empty:
         return "<p class='note'>(no rows)</p>"
     shown = for_display(df)
+    columns = []
     for col in shown.columns:
-        if not pd.api.types.is_numeric_dtype(shown[col]):
-            shown[col] = _text_cells(shown[col].astype(object).tolist())
-    shown.columns = [html.escape(str(c)) for c in shown.columns]
-    return shown.to_html(index=False, escape=False, float_format=lambda v: f"{v:,.3f}", na_rep="", border=0)
+        values = shown[col]
+        if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+            columns.append(("n", [_number(v) for v in values.tolist()]))
+        else:
+            text = [v if isinstance(v, str) else "" if _missing(v) else str(v) for v in values.astype(object).tolist()]
+            columns.append(("", _text_cells(text)))
+    heads = [
+        f"<th{_cls(c)}>{html.escape(str(title))}</th>" for title, (c, _) in zip(shown.columns, columns, strict=True)
+    ]
+    rows = [
+        "<tr>" + "".join(f"<td{_cls(c)}>{cells[i]}</td>" for c, cells in columns) + "</tr>" for i in range(len(shown))
+    ]
+    wide = " class='wide'" if len(columns) >= WIDE_TABLE else ""
+    return f"<table{wide}><thead><tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _cls(kind: str) -> str:
+    return f" class='{kind}'" if kind else ""
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+
+
+def _number(value) -> str:
+    """A number cell: floats ``1,234.568``; integers (whole-number columns come as Int64) as they are."""
+    if _missing(value):
+        return ""
+    return f"{value:,.3f}" if isinstance(value, float) else str(value)
 
 
 def _para(text: str) -> str:
