@@ -205,3 +205,16 @@ def test_html_tables_fit_the_page():
     assert page.count("<table class='wide'>") == 1
     assert re.search(r"td\.n\{[^}]*white-space:nowrap", _STYLE) and "overflow-x" not in _STYLE
     assert "overflow-wrap:anywhere" not in _STYLE  # that broke "6400" into "640 / 0" in a narrow column
+
+
+def test_html_number_columns_of_objects_are_numbers():
+    """A column of numbers held as objects (a table filled in where there was nothing to measure) is scaled to its
+    unit and shown as numbers."""
+    from profiler_kit.render.html import render_html
+    from profiler_kit.report import Report, Section, Table
+
+    df = pd.DataFrame({"idle_class": ["host_wait", "other"], "gaps": pd.Series([0, 2], dtype=object),
+                       "idle_ns": pd.Series([5e6, None], dtype=object), "flag": [True, False]})  # fmt: skip
+    page = render_html(Report("t", sections=[Section("s", tables=[Table("a", df)])])).decode()
+    assert "<td>host_wait</td><td class='n'>0</td><td class='n'>5.000</td><td>True</td>" in page
+    assert "<td>other</td><td class='n'>2</td><td class='n'></td><td>False</td>" in page

@@ -230,7 +230,7 @@ def _number(value) -> str:
     """A number cell: floats ``1,234.568``; integers (whole-number columns come as Int64) as they are."""
     if _missing(value):
         return ""
-    return f"{value:,.3f}" if isinstance(value, float) else str(value)
+    return f"{value:,.3f}" if isinstance(value, float | np.floating) else str(value)
 
 
 def _para(text: str) -> str:

@@ -34,7 +34,7 @@ def for_display(df: pd.DataFrame) -> pd.DataFrame:
     out = {}
     for col in df.columns:
         title, div = display_column(str(col))
-        s = df[col]
+        s = _as_numbers(df[col])
         if div != 1.0 and pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             s = s.to_numpy() / div if isinstance(s.dtype, np.dtype) else (s / div).array
         elif _whole_floats(s):
@@ -43,6 +43,19 @@ def for_display(df: pd.DataFrame) -> pd.DataFrame:
             s = s.array
         out[title] = s
     return pd.DataFrame(out, index=df.index, copy=False)
+
+
+def _as_numbers(s: pd.Series) -> pd.Series:
+    """A column of objects that are all numbers or missing (a table filled in where there was nothing to measure)
+    as a numeric column, so that it is scaled and shown as one; any other column as it is."""
+    if s.dtype != object:
+        return s
+    items = s.dropna().tolist()
+    if not items or not all(
+        isinstance(v, int | float | np.number) and not isinstance(v, bool | np.bool_) for v in items
+    ):
+        return s
+    return pd.to_numeric(s)
 
 
 def _whole_floats(s: pd.Series) -> bool:
