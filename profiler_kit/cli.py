@@ -342,8 +342,11 @@ def format_option(help: str):
     return click.option("--format", "fmt", type=choice, default="md", show_default=True, help=help)
 
 
-def output_options(default_stem: str):
-    """The flags every report-writing command shares."""
+def output_options(
+    default_stem: str, default_folder: str = "reports/<name of the input>, reports/comparison for several"
+):
+    """The flags every report-writing command shares; ``default_folder`` says where output goes without -o
+    (what the command's own default is, so its help names one folder)."""
 
     def wrap(fn):
         fn = click.option(
@@ -353,7 +356,7 @@ def output_options(default_stem: str):
             "out_dir",
             type=click.Path(path_type=Path),
             default=None,
-            help="Folder for the output files [default: a folder under reports/ named for the input].",
+            help=f"Folder for the output files [default: {default_folder}].",
         )(fn)
         fn = format_option("md: one markdown report; csv/json: one file per table, raw units (ns, bytes, fractions).")(
             fn
@@ -384,6 +387,9 @@ def charts_wanted(no_html: bool) -> bool:
         return True
     click.echo("Warning: plotly is not installed (pip install plotly), so no charts (.html) are written", err=True)
     return False
+
+
+MEMORY_DIR, DIFF_DIR = Path("reports/memory"), Path("reports/diff")  # memory's and diff's output without -o
 
 
 def default_out_dir(paths: tuple[str, ...]) -> Path:
@@ -599,7 +605,7 @@ def api(path, top, fmt):
 
 @cli.command()
 @click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
-@output_options("memory")
+@output_options("memory", str(MEMORY_DIR))
 @strict_option
 @with_exit_codes
 @click.option("--label", "labels", multiple=True, help="Name of each snapshot, in order (one per file found).")
@@ -626,7 +632,7 @@ def memory(snapshots, out_dir, fmt, no_html, top, stem, strict, labels):
         from profiler_kit.build_memory import build_memory_report, find_snapshots, load_snapshots
         from profiler_kit.output import render_report_files
 
-    out_dir = writable(out_dir or Path("reports") / "memory")
+    out_dir = writable(out_dir or MEMORY_DIR)
     paths = find_snapshots(list(snapshots))
     if not paths:
         raise InputError(f"no snapshot files (*.pickle, *.pkl, *.pickle.gz) under {', '.join(map(str, snapshots))}")
@@ -912,7 +918,7 @@ def sweep(
 
 @cli.command("ddp-report")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
-@output_options("report")
+@output_options("report", "FOLDER itself")
 def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     """Distributed results: all-reduce bandwidth, DDP step time per variant, cross-rank GPU time.
 
@@ -950,7 +956,7 @@ class DiffCommand(Command):
 @cli.command(cls=DiffCommand)
 @click.argument("base", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
-@output_options("diff")
+@output_options("diff", str(DIFF_DIR))
 @click.option(
     "--fail-on", "fail_on", multiple=True, metavar="RULE", help="Exit 1 when a significant change breaks RULE (below)."
 )
@@ -1005,7 +1011,7 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
         from profiler_kit.output import render_report_files
 
     rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
-    out_dir = writable(out_dir or Path("reports") / "diff")
+    out_dir = writable(out_dir or DIFF_DIR)
     writer = None if no_cache else CacheWriter()
     rep, verdicts = run_diff(
         base,

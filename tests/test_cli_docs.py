@@ -72,3 +72,17 @@ def test_record_help_groups_options_by_workload():
     assert {n for names in RECORD_SECTIONS.values() for n in names} == {*by_name, "help"} - {"workload"}
     columns = {m.start(2) - m.start(0) for m in re.finditer(r"^(  -\S.*?  +)(\S)", text, re.M)}
     assert len(columns) == 1, f"help text starts in one column in every section, not {sorted(columns)}"
+
+
+@pytest.mark.parametrize("name", ["report", "memory", "diff", "ddp-report"])
+def test_help_names_one_default_output_folder(name):
+    """The description and -o's default agree (memory's said reports/memory in one place and 'a folder under
+    reports/ named for the input' in the other)."""
+    from profiler_kit.cli_reference import help_text
+
+    text = help_text(name)
+    described = text[: text.index("Example:")]
+    option = re.search(r"--out PATH +Folder for the output files \[default: ([^\]]+)\]", " ".join(text.split()))
+    assert option, text
+    named = set(re.findall(r"reports/[\w<>]+", described))
+    assert named <= set(re.findall(r"reports/[\w<>]+", option.group(1))), (named, option.group(1))
