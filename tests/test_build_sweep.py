@@ -217,3 +217,17 @@ def test_negative_overhead_within_noise_is_called_noise():
     table = overhead_table([run([100, 110, 90], [98, 108, 88]), run([100, 100.5, 99.5], [130, 131, 129])])
     assert table["overhead_frac"].iloc[0] < 0 and table["verdict"].tolist() == ["within noise", "overhead"]
     assert table["noise_frac"].iloc[1] == pytest.approx(math.hypot(0.5 / 100, 1 / 130))
+
+
+def test_trace_agreement_never_says_nan():
+    """A CPU record has no traced forward range: the sentence says so instead of "largest difference nan%"."""
+    import pandas as pd
+
+    from profiler_kit.build_sweep import trace_vs_harness_text
+
+    assert "nan" not in trace_vs_harness_text(pd.Series([float("nan")]))
+    assert "no run has both" in trace_vs_harness_text(pd.Series([float("nan"), float("nan")]))
+    assert trace_vs_harness_text(pd.Series([0.02, -0.15, float("nan")])).endswith(
+        "largest difference 15.0% (outside 10%)."
+    )
+    assert trace_vs_harness_text(pd.Series([0.05])).endswith("largest difference 5.0% (within 10%).")
