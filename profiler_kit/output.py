@@ -128,10 +128,11 @@ def render_report_files(report: Report, stem: str, fmt: str = "md", html: bool =
     """Every output file of a report, by name: ``<stem>.md`` + ``<stem>.html``, or tables as csv/json.
 
     With ``fmt`` csv or json the tables go to ``<stem>.<table key>.<fmt>``. Without plotly
-    installed there is no ``<stem>.html`` (the CLI says so).
+    installed there is no ``<stem>.html`` (the CLI says so). A report with nothing to chart (a trace
+    without kernels) still gets its page, which says so.
     """
     files: dict[str, str | bytes] = {}
-    html_name = f"{stem}.html" if html and report.figures() and plotly_available() else None
+    html_name = f"{stem}.html" if html and plotly_available() else None
     if fmt == "md":
         files[f"{stem}.md"] = render_markdown(report, html_name)
     else:

@@ -258,3 +258,15 @@ def test_example_trace_projects_kernels_onto_phases(tmp_path):
     assert 1 <= len(softmax) <= 3 and not {r["range"] for r in inside} & set(phases)
     assert all(0 < r["share_frac"] <= 1 for r in inside)
     assert [r["total_ns"] for r in softmax] == sorted((r["total_ns"] for r in softmax), reverse=True)
+
+
+def test_trace_without_kernels_still_gets_its_html_page(tmp_path):
+    """The README promises report.md and report.html; with nothing to chart the page says so (and carries no plotly.js)."""
+    from profiler_kit.render.html import NOTHING_TO_CHART
+
+    res = run("report", CPU_FIXTURE, "-o", tmp_path)
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.md"]
+    page = (tmp_path / "report.html").read_text()
+    assert NOTHING_TO_CHART in page and "Plotly.newPlot" not in page and "no GPU kernels" in page
+    assert len(page) < 100_000

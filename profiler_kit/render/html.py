@@ -35,6 +35,9 @@ table.wide th,table.wide td{padding:2px 4px}
 """
 WIDE_TABLE = 12  # columns from which a table is set in a smaller font, so that it fits the page without scrolling
 FIGURE_HEIGHT = 480  # px
+NOTHING_TO_CHART = (
+    "No charts: these inputs hold nothing to chart (no GPU kernels, phases or memory timeline); the tables follow."
+)
 
 
 def plotly_available() -> bool:
@@ -261,6 +264,8 @@ def render_html(report: Report) -> bytes:
     """The whole report as one HTML page with embedded plotly.js, UTF-8 encoded."""
     body = [f"<h1>{html.escape(report.title)}</h1>"]
     body += [_para(p) for p in report.text]
+    if not report.figures():
+        body.append(f"<p class='note'>{NOTHING_TO_CHART}</p>")
     charts = [0]
     for sec in report.sections:
         body += _section(sec, 2, charts)
