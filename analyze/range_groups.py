@@ -79,6 +79,22 @@ def fold_range_kernels(kernels: pd.DataFrame, ranges: pd.DataFrame, min_members:
     ]
 
 
+def fold_phase_rows(phases: pd.DataFrame, min_members: int = MIN_MEMBERS) -> pd.DataFrame:
+    """Phase rows (one per name: ``instances`` and per-instance means, as ``summarize_phases`` returns) with
+    numbered names ("Warm-up Step 1" ... "5") folded: instances summed, each mean weighted by its instances.
+    Added column ``members``: names folded into the row (1 for a plain phase). Order: first appearance."""
+    patterns, fold = _patterns(phases["range"], min_members)
+    out = phases.assign(members=1)
+    if not fold.any():
+        return out
+    key = np.where(fold, patterns.to_numpy(dtype=object), phases["range"].to_numpy(dtype=object))
+    means = [c for c in phases.columns if c not in ("range", "instances")]
+    weighted = phases[means].mul(phases["instances"], axis=0).assign(instances=phases["instances"], members=1)
+    grouped = weighted.groupby(key, sort=False).sum()
+    grouped[means] = grouped[means].div(grouped["instances"], axis=0)
+    return grouped.rename_axis("range").reset_index()[[*phases.columns, "members"]]
+
+
 def _fold(ranges: pd.DataFrame, key: np.ndarray) -> pd.DataFrame:
     """One row per pattern in ``key``: sums, recomputed averages, kernel-time-weighted shares, members' spread."""
     totals = ["instances", "cpu_total_ns", "projected_instances", "gpu_span_total_ns", "kernels", "kernel_time_ns"]

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from profiler_kit.analyze.breakdown import TABLES, gemm_vs_elementwise
-from profiler_kit.analyze.range_groups import fold_range_kernels, group_numbered_ranges
+from profiler_kit.analyze.range_groups import fold_phase_rows, fold_range_kernels, group_numbered_ranges
 from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
@@ -332,6 +332,16 @@ def phases_section(res: TraceResult, phases: pd.DataFrame, top: int) -> Section:
         "(nsys's projection); 'window' columns count kernels launched by any thread of the process while the range "
         "was open. The category split and top kernels below use the window view."
     ]
+    # numbered phases ("Warm-up Step 1" ... "5"): one row, one bar and one section per pattern
+    folded = fold_phase_rows(phases)
+    if (folded["members"] > 1).any():
+        text.append(
+            "Phases whose names differ only in a number are shown as one ({}): instances summed, per-instance "
+            "figures averaged over all of them.".format(", ".join(folded.loc[folded["members"] > 1, "range"]))
+        )
+        phases = folded
+    else:
+        phases = folded.drop(columns="members")
     missed = phases[phases["window_kernel_per_instance_ns"] > 1.1 * phases["kernel_per_instance_ns"]]
     for _, row in missed.iterrows():
         text.append(
@@ -342,7 +352,8 @@ def phases_section(res: TraceResult, phases: pd.DataFrame, top: int) -> Section:
     sec = Section("Phases", text=text)
     sec.tables.append(Table("Phase ranges per instance", phases, key=f"{res.label}_phases"))
     names = phases.head(MAX_PHASE_SECTIONS)["range"]
-    cats = res.tables["phase_categories"]
+    all_cats = res.tables["phase_categories"]
+    cats = group_numbered_ranges(all_cats) if "members" in phases else all_cats
     cats = cats[cats["range"].isin(names) & (cats["kernels"] > 0)]
     frac_cols = [c for c in cats.columns if c.endswith("_frac")]
     if len(cats):
@@ -366,7 +377,11 @@ def phases_section(res: TraceResult, phases: pd.DataFrame, top: int) -> Section:
                 key=f"{res.label}_phase_categories",
             )
         )
-    pk = res.tables["phase_kernels"]
+    pk = (
+        fold_range_kernels(res.tables["phase_kernels"], all_cats)
+        if "members" in phases
+        else res.tables["phase_kernels"]
+    )
     for name, row in phases.head(MAX_PHASE_SECTIONS).set_index("range").iterrows():
         inside = pk[pk["range"] == name].head(top)
         if inside.empty:

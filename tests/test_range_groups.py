@@ -97,3 +97,58 @@ def test_kernels_of_numbered_ranges_fold_like_the_ranges():
     assert out[out["range"] == "forward"][["count", "total_ns"]].values.tolist() == [[7, 500]]
     unfolded = fold_range_kernels(kernels.iloc[:3], ranges.iloc[[0, 1, 3]])  # two numbered names: no pattern
     pd.testing.assert_frame_equal(unfolded, kernels.iloc[:3])
+
+
+def _phases(names, instances, cpu_avg, kernel_avg):
+    return pd.DataFrame(
+        {
+            "range": names,
+            "instances": instances,
+            "cpu_avg_ns": cpu_avg,
+            "kernels_per_instance": [10.0] * len(names),
+            "kernel_per_instance_ns": kernel_avg,
+            "window_kernels_per_instance": [10.0] * len(names),
+            "window_kernel_per_instance_ns": kernel_avg,
+        }
+    )
+
+
+def test_numbered_phases_fold_with_means_weighted_by_instances():
+    from profiler_kit.analyze.range_groups import fold_phase_rows
+
+    names = ["forward", *(f"Warm-up Step {i}" for i in range(1, 6))]
+    out = fold_phase_rows(_phases(names, [4, 1, 1, 1, 1, 2], [100.0, 10, 20, 30, 40, 50], [7.0, 1, 1, 1, 1, 4]))
+    assert out["range"].tolist() == ["forward", "Warm-up Step {n}"] and out["members"].tolist() == [1, 5]
+    warm = out.iloc[1]
+    assert warm["instances"] == 6
+    assert warm["cpu_avg_ns"] == pytest.approx((10 + 20 + 30 + 40 + 2 * 50) / 6)
+    assert warm["kernel_per_instance_ns"] == pytest.approx((4 * 1 + 2 * 4) / 6)
+    assert out.iloc[0]["cpu_avg_ns"] == 100.0
+
+
+def test_report_shows_one_section_per_numbered_phase_pattern():
+    """Warm-up Step 1 ... 5 flooded the report with one "Top kernels in" section each: now one for the pattern."""
+    from profiler_kit.build import TraceResult, phases_section
+
+    names = ["step", *(f"Warm-up Step {i}" for i in range(1, 6))]
+    phases = _phases(names, [2, 1, 1, 1, 1, 1], [100.0] * 6, [50.0] * 6)
+    cats = _ranges(names, [200] * 6, [100, 10, 20, 30, 40, 50], [0.5, 1.0, 1.0, 0.0, 0.0, 0.0])
+    kernels = pd.DataFrame(
+        {
+            "range": names,
+            "kernel": ["gemm"] * 6,
+            "category": ["gemm"] * 6,
+            "count": [4, 1, 1, 1, 1, 1],
+            "total_ns": [50, 10, 20, 30, 40, 50],
+            "share_frac": [0.5, 1.0, 1.0, 1.0, 1.0, 1.0],
+        }
+    )
+    res = TraceResult(label="t", source="t", meta={}, tables={"phase_categories": cats, "phase_kernels": kernels})
+    sec = phases_section(res, phases, top=10)
+    assert [s.title for s in sec.sections] == ["Top kernels in 'step'", "Top kernels in 'Warm-up Step {n}'"]
+    assert sec.tables[0].df["range"].tolist() == ["step", "Warm-up Step {n}"]
+    warm = sec.sections[1].tables[0].df.iloc[0]
+    assert warm["count"] == 5 and warm["total_ns"] == 150 and warm["share_frac"] == pytest.approx(1.0)
+    shares = sec.tables[1].df.set_index("range")["gemm_frac"]  # weighted by kernel time: (10 + 20) / 150
+    assert shares["Warm-up Step {n}"] == pytest.approx(30 / 150) and shares["step"] == 0.5
+    assert any("shown as one (Warm-up Step {n})" in t for t in sec.text)
