@@ -79,6 +79,16 @@ def fold_range_kernels(kernels: pd.DataFrame, ranges: pd.DataFrame, min_members:
     ]
 
 
+def numbered_members(ranges: pd.DataFrame, min_members: int = MIN_MEMBERS) -> pd.DataFrame:
+    """The rows of ``ranges`` that ``group_numbered_ranges`` folds, with their ``pattern`` first, ordered by
+    pattern (as the folded rows are) and then by the member's number (layer_2 before layer_10)."""
+    patterns, fold = _patterns(ranges["range"], min_members)
+    members = ranges[fold].assign(pattern=patterns[fold].to_numpy())
+    number = [int(LAST_NUMBER.search(n).group()) for n in members["range"]]
+    order = members.assign(_number=number).sort_values(["pattern", "_number"], kind="stable")
+    return order.drop(columns="_number")[["pattern", *ranges.columns]].reset_index(drop=True)
+
+
 def fold_phase_rows(phases: pd.DataFrame, min_members: int = MIN_MEMBERS) -> pd.DataFrame:
     """Phase rows (one per name: ``instances`` and per-instance means, as ``summarize_phases`` returns) with
     numbered names ("Warm-up Step 1" ... "5") folded: instances summed, each mean weighted by its instances.

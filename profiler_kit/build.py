@@ -13,7 +13,12 @@ import numpy as np
 import pandas as pd
 
 from profiler_kit.analyze.breakdown import TABLES, gemm_vs_elementwise
-from profiler_kit.analyze.range_groups import fold_phase_rows, fold_range_kernels, group_numbered_ranges
+from profiler_kit.analyze.range_groups import (
+    fold_phase_rows,
+    fold_range_kernels,
+    group_numbered_ranges,
+    numbered_members,
+)
 from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
@@ -292,6 +297,19 @@ def ranges_section(res: TraceResult, top: int) -> Section:
     table = folded[(folded.index < rows - 1) | unnamed] if unnamed[rows:].any() else folded.head(rows)
     shown = [*cols, *(SPREAD_COLUMNS if len(numbered) else []), *frac_cols]
     sec.tables.append(Table("Ranges by CPU time", table[shown], key=f"{res.label}_ranges"))
+    if len(numbered):
+        members = numbered_members(ranges)
+        unknown = {"projected_instances", *(("gpu_span_avg_ns", "kernels", "kernel_time_ns") if no_launches else ())}
+        member_cols = ["pattern", *(c for c in cols if c in members and c not in unknown)]
+        sec.tables.append(
+            Table(
+                "Members of the numbered ranges",
+                members[member_cols],
+                note="Each name folded into a numbered row above, by its number.",
+                key=f"{res.label}_range_members",
+                collapsed=True,
+            )
+        )
     inside = kernels_inside_ranges(res, ranges) if not no_launches else pd.DataFrame()
     if len(inside):
         sec.tables.append(

@@ -33,12 +33,14 @@ def file_key(key: str, title: str) -> str:
 
 @dataclass
 class Table:
-    """A titled DataFrame. ``key`` names its CSV/JSON file; ``note`` is shown under it."""
+    """A titled DataFrame. ``key`` names its CSV/JSON file; ``note`` is shown under it. A ``collapsed`` table
+    holds detail behind another (the members of a folded row): the HTML shows it folded, to be expanded."""
 
     title: str
     df: pd.DataFrame
     note: str = ""
     key: str = ""
+    collapsed: bool = False
 
     def __post_init__(self):
         self.key = file_key(self.key, self.title)

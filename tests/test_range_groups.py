@@ -152,3 +152,29 @@ def test_report_shows_one_section_per_numbered_phase_pattern():
     shares = sec.tables[1].df.set_index("range")["gemm_frac"]  # weighted by kernel time: (10 + 20) / 150
     assert shares["Warm-up Step {n}"] == pytest.approx(30 / 150) and shares["step"] == 0.5
     assert any("shown as one (Warm-up Step {n})" in t for t in sec.text)
+
+
+def test_members_of_numbered_ranges_expand_in_html():
+    """The folded row's members: listed by number under it, folded away in the HTML (a click opens them)."""
+    from profiler_kit.analyze.range_groups import numbered_members
+
+    from profiler_kit.build import TraceResult, ranges_section
+    from profiler_kit.render.html import render_html
+    from profiler_kit.render.markdown import render_markdown
+    from profiler_kit.report import Report
+
+    names = ["layer_10", "layer_2", "layer_1", "step", "fwd1", "fwd2"]
+    ranges = _ranges(names, [30, 20, 10, 1_000, 5, 6], [50] * 6, [1.0] * 6)
+    members = numbered_members(ranges)
+    assert members["range"].tolist() == ["layer_1", "layer_2", "layer_10"]
+    assert members["pattern"].unique().tolist() == ["layer_{n}"] and members["cpu_total_ns"].tolist() == [10, 20, 30]
+    empty = pd.DataFrame(columns=["range"])
+    tables = {"range_groups": ranges, "ranges": ranges, "summary": pd.DataFrame([{"kernels": 300, "launched_ops": 300}]),
+              "phases": empty, "range_group_kernels": empty}  # fmt: skip
+    sec = ranges_section(TraceResult(label="t", source="t", meta={}, tables=tables), top=10)
+    detail = next(t for t in sec.tables if t.collapsed)
+    assert detail.df["range"].tolist() == ["layer_1", "layer_2", "layer_10"]
+    page = render_html(Report("r", sections=[sec])).decode()
+    assert "<details><summary>Members of the numbered ranges (3 rows)</summary><table>" in page
+    assert page.index("<details>") < page.index("<td>layer_10</td>") < page.index("</details>")
+    assert "layer_10" in render_markdown(Report("r", sections=[sec]))  # markdown lists them in full

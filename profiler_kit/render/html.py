@@ -30,8 +30,10 @@ th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f3f3f3;font-weight:600}
 td{overflow-wrap:break-word} td span[title]{text-decoration:underline dotted}
 th.n,td.n{text-align:right} td.n{white-space:nowrap;font-variant-numeric:tabular-nums}
-table.wide th,table.wide td{padding:2px 4px}
+table.wide th,table.wide td{padding:2px 3px}
 .note{color:#666;font-style:italic}
+details{margin:0 0 1.5em} summary{cursor:pointer;font-weight:600;margin:.5em 0}
+@media (max-width:1100px){table{font-size:11px} table.wide{font-size:9px} td{overflow-wrap:anywhere} td:first-child{min-width:7em}}
 """
 WIDE_TABLE = 12  # columns from which a table is set in a smaller font, so that it fits the page without scrolling
 FIGURE_HEIGHT = 480  # px
@@ -247,11 +249,16 @@ def _section(sec: Section, level: int, charts: list[int]) -> list[str | bytes]:
     out = [f"<h{h}>{html.escape(sec.title)}</h{h}>"]
     out += [_para(p) for p in sec.text]
     for t in sec.tables:
-        if t.title != sec.title:  # a section holding one table of its own name needs no second heading
+        if t.collapsed:  # detail behind a folded row: a click away
+            out.append(f"<details><summary>{html.escape(t.title)} ({len(t.df)} rows)</summary>{_table_html(t.df)}")
+        elif t.title != sec.title:  # a section holding one table of its own name needs no second heading
             out.append(f"<h{min(h + 1, 6)}>{html.escape(t.title)}</h{min(h + 1, 6)}>")
-        out.append(_table_html(t.df))
+        if not t.collapsed:
+            out.append(_table_html(t.df))
         if t.note:
             out.append(f"<p class='note'>{html.escape(t.note)}</p>")
+        if t.collapsed:
+            out.append("</details>")
     for f in sec.figures:
         charts[0] += 1
         out += figure_parts(f, include_plotlyjs=charts[0] == 1, div_id=f"chart-{charts[0]}")
