@@ -487,7 +487,7 @@ def build_sweep_sections(run_dirs, roots=()) -> list[Section]:
         Section(
             "Step time per size and context",
             [
-                f"{len(timing)} runs, {len(oom)} out of memory"
+                f"{len(timing)} run{'s' * (len(timing) != 1)}, {len(oom)} out of memory"
                 + (
                     f" ({', '.join(oom['size'] + ' ctx ' + oom['ctx'].astype(str) + ' ' + oom['mode'])})"
                     if len(oom)

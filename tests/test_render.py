@@ -219,3 +219,24 @@ def test_html_number_columns_of_objects_are_numbers():
     page = render_html(Report("t", sections=[Section("s", tables=[Table("a", df)])])).decode()
     assert "<td>host_wait</td><td class='n'>0</td><td class='n'>5.000</td><td>True</td>" in page
     assert "<td>other</td><td class='n'>2</td><td class='n'></td><td>False</td>" in page
+
+
+def test_long_chart_titles_wrap_inside_the_chart():
+    """plotly.js does not wrap titles: the memory view's 230-character title ran off the right edge."""
+    import json
+    import re
+
+    from profiler_kit.render.html import TITLE_CHARS, render_html
+    from profiler_kit.report import Figure, Report, Section
+
+    title = "Allocations over time: " + "the largest one by one, the others summed in the grey band; " * 4
+    df = pd.DataFrame({"kernel": ["gemm"], "total_ns": [1_000]})
+    page = render_html(
+        Report("t", sections=[Section("s", figures=[Figure(title, df, "bar", x="kernel", y="total_ns")])])
+    )
+    layout = json.loads(
+        re.search(r'Plotly\.newPlot\("[^"]+", \[.*?\], (\{.*\}), \{"responsive"', page.decode()).group(1)
+    )
+    lines = layout["title"]["text"].split("<br>")
+    assert len(lines) > 1 and all(len(line) <= TITLE_CHARS for line in lines) and " ".join(lines) == title.strip()
+    assert layout["margin"]["t"] > 60 + len(lines) * 10

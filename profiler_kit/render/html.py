@@ -13,6 +13,7 @@ import html
 import importlib.util
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ details{margin:0 0 1.5em} summary{cursor:pointer;font-weight:600;margin:.5em 0}
 """
 WIDE_TABLE = 12  # columns from which a table is set in a smaller font, so that it fits the page without scrolling
 FIGURE_HEIGHT = 480  # px
+TITLE_CHARS, TITLE_MARGIN, TITLE_LINE = 110, 60, 22  # a chart title's line length; the top margin, px, and per line
 NOTHING_TO_CHART = (
     "No charts: these inputs hold nothing to chart (no GPU kernels, phases or memory timeline); the tables follow."
 )
@@ -140,9 +142,11 @@ def figure_json(fig: Figure) -> dict:
             trace.update(type="scatter", x=x, y=y, mode="lines+markers")
         traces.append(trace)
     axis_titles = (y_title, x_title) if fig.orientation == "h" else (x_title, y_title)
+    title_lines = textwrap.wrap(fig.title, TITLE_CHARS) or [""]  # plotly does not wrap a title: a long one ran off
     layout = {
         "template": plotly_template(),
-        "title": {"text": fig.title},
+        "title": {"text": "<br>".join(title_lines)},
+        "margin": {"t": TITLE_MARGIN + TITLE_LINE * len(title_lines)},
         "barmode": {"stacked_bar": "stack", "blocks": "overlay"}.get(fig.kind, "group"),
         "height": FIGURE_HEIGHT,
         "xaxis": {"title": {"text": axis_titles[0]}},
