@@ -74,6 +74,7 @@ MEMCPY_KIND_LABELS = {
 }
 
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
+ID_COLUMNS = {"deviceId": "device_id", "streamId": "stream_id", "correlationId": "correlation_id"}  # their names here
 # graph_id of a kernel that ran inside a CUDA graph the export does not name (a kernel table with graphNodeId and
 # no graphId): CUPTI numbers graphs from 1 and gives 0 to a kernel launched on its own, so 0 is no graph's id.
 UNNAMED_GRAPH = 0
@@ -333,9 +334,7 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
         df = with_unread_columns(df, [*unread, "shared_memory_bytes", "stream_id"])
     df = df.rename(
         columns={
-            "deviceId": "device_id",
-            "streamId": "stream_id",
-            "correlationId": "correlation_id",
+            **ID_COLUMNS,
             "gridX": "grid_x",
             "gridY": "grid_y",
             "gridZ": "grid_z",
@@ -454,14 +453,7 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
     if not parts:
         return None
     df = pd.concat(parts, ignore_index=True)
-    renamed = df.rename(
-        columns={
-            "bytes": "size_bytes",
-            "deviceId": "device_id",
-            "streamId": "stream_id",
-            "correlationId": "correlation_id",
-        }
-    )
+    renamed = df.rename(columns={"bytes": "size_bytes", **ID_COLUMNS})
     return with_columns(renamed, {"pid": pids_of(df["globalPid"].to_numpy())})
 
 

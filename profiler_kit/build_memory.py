@@ -317,15 +317,22 @@ def dump_state_section(label: str, snap: MemorySnapshot, d: DumpState, top: int)
         )
     key = f"{label}_d{d.device}_dump"
     sec.tables += _live_tables(d.live, "at dump", key, top)
-    sec.tables += [
-        Table("Segments at dump time", d.segments_summary, key=f"{key}_segments",
-              note="balanced: allocated + pending free + free == reserved, per pool."),
-        Table(f"Largest {top} segments", d.segment_table.head(top), key=f"{key}_segment_table",
-              note="largest free block: the largest request the segment could serve; reserved - allocated is what the cache holds unused."),
-    ]  # fmt: skip
+    sec.tables += _segment_tables(d.segments_summary, d.segment_table.head(top), key, f"Largest {top} segments",
+                                  "the largest request the segment could serve; reserved - allocated is what the cache "
+                                  "holds unused.")  # fmt: skip
     rows, info = segments_view_at_dump(snap.on_device(d.device).segments, d.live, TOP_SEGMENTS)
     sec.figures.append(segment_figure("at dump time", rows, info, f"{key}_segments_at_dump"))
     return sec
+
+
+def _segment_tables(summary: pd.DataFrame, largest: pd.DataFrame, key: str, title: str, free_note: str) -> list[Table]:
+    """The segments at dump time: per pool (balanced or not), and the largest ones (``free_note``: what their
+    largest free block means here)."""
+    return [
+        Table("Segments at dump time", summary, key=f"{key}_segments",
+              note="balanced: allocated + pending free + free == reserved, per pool."),
+        Table(title, largest, key=f"{key}_segment_table", note=f"largest free block: {free_note}"),
+    ]  # fmt: skip
 
 
 def trace_section(
@@ -343,12 +350,9 @@ def trace_section(
     live = a.live_at_peak
     key = f"{label}_d{a.device}"
     sub.tables += _live_tables(live, "at peak", key, top, _first_time(a.timeline))
-    sub.tables += [
-        Table("Segments at dump time", a.segments_summary, key=f"{key}_segments",
-              note="balanced: allocated + pending free + free == reserved, per pool."),
-        Table(f"Largest {top} segments at dump time", a.segment_table.head(top), key=f"{key}_segment_table",
-              note="largest free block: the largest request the segment could serve without a new cudaMalloc."),
-    ]  # fmt: skip
+    sub.tables += _segment_tables(a.segments_summary, a.segment_table.head(top), key,
+                                  f"Largest {top} segments at dump time",
+                                  "the largest request the segment could serve without a new cudaMalloc.")  # fmt: skip
     top_frames = summarize_live_by(live, "top_frame")["top_frame"].astype(str).head(top).tolist()
     x = "time_ns" if (a.timeline["time_ns"] >= 0).all() else "event"
     by_cat = timeline_by(a.allocations, a.timeline, "category", list(CATEGORIES), max_points)
