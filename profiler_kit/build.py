@@ -586,23 +586,13 @@ def analyze_source(src, label: str, cache=None, prefetched=None) -> TraceResult:
     return TraceResult(label, str(src.path), trace.meta, tables)
 
 
-@functools.cache
-def _prepare_worker() -> None:
-    """Once per Dask worker process: the report's process settings (``process.tune_report``), and what it has
-    imported (Dask's objects and ours) frozen out of the cyclic collector's passes, as the CLI does."""
-    import gc
-
-    from profiler_kit import process
-
-    process.tune_report()
-    gc.freeze()
-
-
 def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
     """``analyze_source`` as a Dask task: its cache write (``cache``: whether to write one) finished there,
-    and the folders written. A worker's first task prepares it (``_prepare_worker``).
+    and the folders written. A worker's first task prepares it (``process.prepare_worker``).
     """
-    _prepare_worker()
+    from profiler_kit import process
+
+    process.prepare_worker()
     if not cache:
         return analyze_source(*item), []
     from profiler_kit.analyze.trace_cache import CacheWriter

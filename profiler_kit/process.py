@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
+import gc
 import os
 import sys
 import threading
@@ -40,6 +42,14 @@ def tune_report() -> None:
     from profiler_kit.analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
 
     keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
+
+
+@functools.cache
+def prepare_worker() -> None:
+    """Once per Dask worker process (its first task): ``tune_report``, and what it has imported (Dask's objects
+    and ours) frozen out of the cyclic collector's passes, as ``importing`` does for the command line."""
+    tune_report()
+    gc.freeze()
 
 
 def importing():
