@@ -198,6 +198,16 @@ def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.n
     order of (code, time): sorted by time first (timsort: a trace's rows come nearly in order), then stably
     by code (a radix sort on small integers). Much faster than ``np.lexsort`` on a million rows.
     ``times`` None: the codes only (order None)."""
+    code, n_codes, order = stream_sort(keys, times)
+    if times is not None and order is None:
+        order = np.arange(len(code))
+    return code, n_codes, order
+
+
+def stream_sort(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """``stream_order``, but None for the order when the rows already come in (code, time) order: one stream
+    after another, each in time order (a single-stream trace, kernels then copies), where the callers then
+    read the columns as they are instead of gathering a million rows by an order that changes nothing."""
     n = len(keys[0])
     varying = [np.asarray(k) for k in keys if not one_value(k)]
     if not varying:
@@ -208,7 +218,7 @@ def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.n
     else:
         code, uniques = pd.MultiIndex.from_arrays(varying).factorize()
         n_codes = len(uniques)
-    if times is None:
+    if times is None or in_stream_order(code, times):
         return code, n_codes, None
     by_time = np.argsort(times, kind="stable")
     if n_codes == 1:
@@ -217,36 +227,58 @@ def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.n
     return code, n_codes, by_time[np.argsort(small[by_time], kind="stable")]
 
 
+def in_stream_order(code: np.ndarray, times: np.ndarray) -> bool:
+    """Rows sorted by (code, time) already: codes never fall and times never fall within a code
+    (two comparisons of neighbours, a few ms on a million rows, where the sorts and gathers take tens)."""
+    if len(code) < 2:
+        return True
+    if (code[1:] < code[:-1]).any():
+        return False
+    falls = times[1:] < times[:-1]
+    return not (falls.any() and (falls & (code[1:] == code[:-1])).any())
+
+
+def in_order(values: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """``values[order]``, or ``values`` itself when ``order`` is None (``stream_sort``: rows in order)."""
+    return values if order is None else values[order]
+
+
 IDLE_COLUMNS = ["pid", "device_id", "stream_id", "idle_class", "gaps", "idle_ns", "idle_frac"]
 
 
-def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pd.DataFrame:
+def idle_breakdown(
+    ops: pd.DataFrame,
+    launched: pd.DataFrame,
+    kernel_wait_ns: int = KERNEL_WAIT_NS,
+    streams: tuple[np.ndarray, int, np.ndarray | None] | None = None,
+) -> pd.DataFrame:
     """Per stream, the idle time between its consecutive ops by class (IDLE_CLASSES, HTA's definitions).
 
     ``launched`` is ``analyze.launches.launch_table(ops, runtime)``: an op with no launch in the trace is
     never host_wait. ``idle_frac`` is the class's share of the stream's idle time. Negative gaps (ops
-    overlapping on one stream, which a trace should not hold) count as 0.
+    overlapping on one stream, which a trace should not hold) count as 0. ``streams``: ``ops_streams(ops)``
+    when already computed (the queue length shares it).
     """
     if ops.empty:
         return pd.DataFrame(columns=IDLE_COLUMNS)
     n = len(ops)
-    launch_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    if len(launched):
-        launch_start[launched["op_row"].to_numpy()] = launched["launch_start_ns"].to_numpy()
     keys = [np.broadcast_to(ops[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
-    start = ops["start_ns"].to_numpy()
-    code, n_codes, order = stream_order(keys, start)
-    c, start, end, ls = code[order], start[order], ops["end_ns"].to_numpy()[order], launch_start[order]
+    code, n_codes, order = streams if streams is not None else ops_streams(ops)
+    c, start = in_order(code, order), in_order(ops["start_ns"].to_numpy(), order)
+    end, ls = in_order(ops["end_ns"].to_numpy(), order), in_order(launch_starts(launched, n), order)
     prev_end = end[:-1]  # the gap before op i+1 of the order, which follows op i on its stream or opens one
-    gap = np.maximum(start[1:] - prev_end, 0)
-    cls = np.where(ls[1:] > prev_end, 0, np.where(gap < kernel_wait_ns, 1, 2))  # host_wait, kernel_wait, other
+    gap = np.subtract(start[1:], prev_end)
+    np.maximum(gap, 0, out=gap)
+    # class 0 host_wait (launched after the previous op ended), else 1 kernel_wait (short gap), else 2 other
+    cls = np.where(gap < kernel_wait_ns, np.int8(1), np.int8(2))
+    cls[ls[1:] > prev_end] = 0
     # a stream's first op has no gap: counted in one slot past the streams' (no compress of every array)
-    slot = np.where(c[1:] == c[:-1], c[1:] * 3 + cls, 3 * n_codes)
-    gaps = np.bincount(slot, minlength=3 * n_codes + 1)[:-1]
-    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes + 1)[:-1]  # float64: exact below 2**53 ns (104 days)
+    slot = cls if n_codes == 1 else np.where(c[1:] == c[:-1], c[1:] * 3 + cls, 3 * n_codes)
+    gaps = np.bincount(slot, minlength=3 * n_codes + 1)[: 3 * n_codes]
+    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes + 1)[: 3 * n_codes]  # float64: exact below 2**53 ns
     kept = np.flatnonzero(gaps)
     first = np.zeros(n_codes, dtype=np.int64)  # a row of each stream, for its pid, device and stream
-    first[c[::-1]] = order[::-1]
+    first[c[::-1]] = np.arange(n - 1, -1, -1) if order is None else order[::-1]
     rows = first[kept // 3]
     out = pd.DataFrame(
         {
@@ -261,6 +293,26 @@ def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: in
     total = out.groupby(["pid", "device_id", "stream_id"])["idle_ns"].transform("sum")
     out["idle_frac"] = out["idle_ns"] / total.where(total > 0)
     return out.sort_values(["pid", "device_id", "stream_id"], kind="stable").reset_index(drop=True)[IDLE_COLUMNS]
+
+
+def ops_streams(ops: pd.DataFrame) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """``stream_sort`` of the ops by (pid, device, stream) and start: computed once for the idle time and the
+    queue length (``analyze.launches.queue_length``), which order the same rows the same way."""
+    n = len(ops)
+    keys = [np.broadcast_to(ops[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
+    return stream_sort(keys, ops["start_ns"].to_numpy())
+
+
+def launch_starts(launched: pd.DataFrame, n: int) -> np.ndarray:
+    """The launch call's start of each of the ``n`` ops (int64 min where none was matched): the launch table's
+    column itself when every op was matched (its op_row is then 0..n-1), with no fresh array to fill."""
+    op_row = launched["op_row"].to_numpy()
+    if len(op_row) == n and n > 0 and op_row[0] == 0 and op_row[-1] == n - 1:  # rows rise: 0..n-1
+        return launched["launch_start_ns"].to_numpy()
+    launch_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    if len(launched):
+        launch_start[op_row] = launched["launch_start_ns"].to_numpy()
+    return launch_start
 
 
 def idle_totals(idle: pd.DataFrame) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pandas as pd
 
 from profiler_kit.analyze.arrays import distinct_values
@@ -19,6 +20,7 @@ from profiler_kit.analyze.findings import rank_findings
 from profiler_kit.analyze.idle import (
     idle_breakdown,
     idle_totals,
+    ops_streams,
     step_ranges,
     step_windows,
     temporal_breakdown,
@@ -48,8 +50,11 @@ DIAGNOSIS_TABLES = (
 )
 
 
-def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``.
+def diagnose(
+    trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None, matched: pd.DataFrame | None = None
+) -> dict[str, pd.DataFrame]:
+    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``, ``matched`` the
+    ops' launch match when ``analyze_trace`` made it (its "launches" table; else matched here).
 
     A second thread takes the analyses that need only the ops (sequences, temporal breakdown, collectives),
     then the queue length, while this one matches the launches and summarizes them: numpy releases the GIL
@@ -57,9 +62,10 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         side_ops = pool.submit(_op_analyses, trace, ops)
-        launched = launch_table(ops, trace.runtime)
-        side_queue = pool.submit(queue_length, launched)
-        idle = idle_breakdown(ops, launched)
+        launched = launch_table(ops, trace.runtime, matched)
+        streams = ops_streams(ops)  # sorted once for the idle time and the queue length
+        side_queue = pool.submit(queue_length, launched, streams=streams if same_rows(ops, launched) else None)
+        idle = idle_breakdown(ops, launched, streams=streams)
         out = {
             "idle": idle,
             "idle_classes": idle_totals(idle),
@@ -73,6 +79,17 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
         out["queue"] = side_queue.result()
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": short_excess(launched)})
     return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": out["comm_kernels"]}
+
+
+def same_rows(ops: pd.DataFrame, launched: pd.DataFrame) -> bool:
+    """Every op launched, from its own process: the launch table's streams and GPU starts are the ops' own
+    (the usual case), so the queue length takes the ops' stream order instead of sorting again."""
+    if len(launched) != len(ops) or not len(ops):
+        return False
+    a, b = ops["pid"].to_numpy(), launched["pid"].to_numpy()
+    if one_value_view(a) and one_value_view(b):
+        return bool(a[0] == b[0])
+    return bool(np.array_equal(a, b))
 
 
 def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
