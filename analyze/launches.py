@@ -125,40 +125,50 @@ def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
     calls = pd.Categorical(launched["launch_call"])
     names = base_call(pd.Series(calls.categories))  # per distinct name, not per row
     group, labels = pd.factorize(names)
-    key = group[calls.codes]
     n = len(labels)
-
-    def total(values: np.ndarray) -> np.ndarray:
-        return np.bincount(key, weights=values, minlength=n)
-
+    key = group.astype(np.int16 if n < 2**15 else np.int64)[calls.codes]
     ops = np.bincount(key, minlength=n)
+    order = by_call(key, ops)
+    bounds = np.concatenate([[0], np.cumsum(ops)])  # call g's rows: bounds[g]:bounds[g + 1] of the order
+    cpu, gpu, delay = (in_order(launched[c].to_numpy(), order) for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
+    short = in_order(launched["short"].to_numpy(dtype=bool), order)
+    ints = np.zeros((6, n), dtype=np.int64)  # cpu and gpu totals, delay total, short ops, outliers of each kind
+    floats = np.full((3, n), np.nan)  # cpu and delay median, delay max
+    for g in np.flatnonzero(ops):
+        rows = slice(bounds[g], bounds[g + 1])
+        c, d = cpu[rows], delay[rows]
+        ints[:, g] = (c.sum(), gpu[rows].sum(), d.sum(), np.count_nonzero(short[rows]),
+                      np.count_nonzero(c > RUNTIME_OUTLIER_NS), np.count_nonzero(d > LAUNCH_DELAY_OUTLIER_NS))  # fmt: skip
+        floats[:, g] = (np.median(c), np.median(d), np.max(d))
     per = np.maximum(ops, 1)  # names with no op (categories unused here) are dropped below
-    cpu, gpu, delay = (launched[c].to_numpy() for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
-    # a mask per call that launched something (a handful; the runtime names many more): beats a groupby's sort
-    groups = {g: key == g for g in np.flatnonzero(ops)}
-
-    def per_group(fn, values: np.ndarray) -> np.ndarray:
-        return np.array([fn(values[groups[g]]) if g in groups else np.nan for g in range(n)], dtype=float)
-
     out = pd.DataFrame(
         {
             "launch_call": labels,
             "ops": ops,
-            "cpu_total_ns": total(cpu).astype(np.int64),
-            "cpu_mean_ns": total(cpu) / per,
-            "cpu_median_ns": per_group(np.median, cpu),
-            "gpu_total_ns": total(gpu).astype(np.int64),
-            "delay_mean_ns": total(delay) / per,
-            "delay_median_ns": per_group(np.median, delay),
-            "delay_max_ns": per_group(np.max, delay),
-            "short_ops": np.bincount(key[launched["short"].to_numpy(dtype=bool)], minlength=n),
-            "cpu_outliers": np.bincount(key[cpu > RUNTIME_OUTLIER_NS], minlength=n),
-            "delay_outliers": np.bincount(key[delay > LAUNCH_DELAY_OUTLIER_NS], minlength=n),
+            "cpu_total_ns": ints[0],
+            "cpu_mean_ns": ints[0].astype(float) / per,
+            "cpu_median_ns": floats[0],
+            "gpu_total_ns": ints[1],
+            "delay_mean_ns": ints[2].astype(float) / per,
+            "delay_median_ns": floats[1],
+            "delay_max_ns": floats[2],
+            "short_ops": ints[3],
+            "cpu_outliers": ints[4],
+            "delay_outliers": ints[5],
         }
     )
     out = out[out["ops"] > 0]
     out["short_frac"] = out["short_ops"] / out["ops"]
     return out.sort_values("cpu_total_ns", ascending=False, kind="stable")[cols].reset_index(drop=True)
+
+
+def by_call(key: np.ndarray, ops: np.ndarray) -> np.ndarray | None:
+    """The rows grouped by launching call (a stable radix sort of the small call codes), or None when one call
+    launched every op (rows as they are): each call's rows are then one slice, whose sums, counts and median
+    cost less than a mask, a copy and a float ``bincount`` per call and column."""
+    if np.count_nonzero(ops) <= 1:
+        return None
+    return np.argsort(key, kind="stable")
 
 
 # A phase is launch-bound when its launch calls keep the CPU busier than its ops keep the GPU
@@ -252,15 +262,17 @@ def _queue_stats(issued: np.ndarray, starts: np.ndarray, full_at: int) -> tuple[
     ``full_at`` ops or more, and the longest queue.
 
     The length is a count (launches so far - starts so far), so each event's length is a rank of the two
-    sorted arrays merged (``merged_ranks``, a launch counted before a start at the same time).
+    sorted arrays merged (``starts_before``, a launch counted before a start at the same time).
     """
     if (issued[1:] < issued[:-1]).any():  # a stream runs its ops in launch order: sorted but for ties and skew
         issued = np.sort(issued, kind="stable")
     n = len(starts)
-    starts_before, launches_before = merged_ranks(issued, starts)
-    # after launch i: i + 1 launched, starts_before[i] started; after start j: launches_before[j] launched, j + 1 started
-    after_launch = np.arange(1, n + 1) - starts_before
-    events_sum = int(after_launch.sum()) + int(launches_before.sum()) - n * (n + 1) // 2
+    # after launch i: i + 1 launched, before[i] started. After start j: as many launched as launches at or
+    # before it, j + 1 started. Each (launch, start) pair has its launch either after the start or at or
+    # before it, so the starts' counts sum to n * n - sum(before): the sum over events needs no second count.
+    before = starts_before(issued, starts)
+    after_launch = np.arange(1, n + 1) - before
+    events_sum = n * n - 2 * int(before.sum())
     # In the gap before start j (after start j - 1) j ops have started: the queue holds full_at or more
     # from the time launch j + full_at - 1 is issued.
     since = issued[full_at - 1 :].copy()
@@ -277,21 +289,16 @@ def _queue_stats(issued: np.ndarray, starts: np.ndarray, full_at: int) -> tuple[
     )
 
 
-def merged_ranks(issued: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For two sorted arrays: how many ``starts`` lie before each launch (strictly earlier) and how many
-    launches lie before each start (earlier or at the same time), as ``np.searchsorted`` gives them.
+def starts_before(issued: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """For two sorted arrays: how many ``starts`` lie strictly before each launch
+    (``np.searchsorted(starts, issued, "left")``).
 
-    One stable argsort of the two arrays placed end to end is a single merge of two runs in timsort, and
-    a launch comes before a start at the same time as it comes first: each value's place in the merge less
-    its own index is the count wanted. Two binary searches of a million sorted values took 5x longer.
+    One stable argsort of the two arrays placed end to end is a single merge of two runs in timsort, where a
+    launch comes before a start at the same time as it comes first: the place of launch i in the merge, less
+    i, is the count. Binary searches of a million sorted values took twice as long.
     """
-    n = len(issued)
     merged = np.argsort(np.concatenate([issued, starts]), kind="stable")
-    place = np.empty(len(merged), dtype=np.int64)
-    place[merged] = np.arange(len(merged))
-    place[:n] -= np.arange(n)
-    place[n:] -= np.arange(len(starts))
-    return place[:n], place[n:]
+    return np.flatnonzero(merged < len(issued)) - np.arange(len(issued))
 
 
 def queue_length(
