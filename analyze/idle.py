@@ -72,6 +72,13 @@ def _breakdown(starts, ends, compute, comm, lo: int | None = None, hi: int | Non
         starts, ends = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
     span = int(ends.max() - starts.min()) if lo is None else int(hi - lo)
     busy = union_length(starts, ends)
+    if not comm.any():  # no communication (one GPU): the compute time alone, with no interval of its union built
+        comp = union_length(starts[compute], ends[compute]) if not compute.all() else busy
+        return {"span_ns": span, "busy_ns": busy, "compute_ns": comp, "non_compute_ns": busy - comp} | {
+            "idle_ns": span - busy,
+            "comm_ns": 0,
+            "comm_exposed_ns": 0,
+        }
     c_s, c_e = interval_union(starts[compute], ends[compute])
     m_s, m_e = interval_union(starts[comm], ends[comm])
     comp = int((c_e - c_s).sum())
@@ -96,8 +103,17 @@ def _fracs(df: pd.DataFrame) -> pd.DataFrame:
 
 def _masks(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
-    comm = np.asarray(ops["category"].isin(NON_COMPUTE_CATEGORIES), dtype=bool)
+    comm = in_categories(ops["category"], NON_COMPUTE_CATEGORIES)
     return is_kernel & ~comm, is_kernel & comm
+
+
+def in_categories(values: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
+    """``values.isin(wanted)`` as a bool array; for a categorical column, the few categories are looked up and
+    their verdict read through the codes (one gather of a million small codes, no hash of each row)."""
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        return np.asarray(values.isin(wanted), dtype=bool)
+    hit = np.append(np.asarray(values.cat.categories.isin(wanted), dtype=bool), False)  # code -1 (missing): False
+    return hit[values.cat.codes.to_numpy()]
 
 
 def temporal_breakdown(ops: pd.DataFrame) -> pd.DataFrame:
@@ -116,10 +132,11 @@ def temporal_breakdown(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _groups(df: pd.DataFrame, keys: list[str]):
-    """(key tuple, row positions) per distinct value of ``keys`` (columns may be views of one value)."""
+    """(key tuple, row positions) per distinct value of ``keys`` (columns may be views of one value). One
+    group (one process, one GPU) comes as ``slice(None)``: its columns are then read as views, not gathered."""
     values = [np.asarray(df[k].to_numpy()) for k in keys]
     if all(one_value(v) for v in values):
-        yield tuple(int(v[0]) for v in values), np.arange(len(df))
+        yield tuple(int(v[0]) for v in values), slice(None)
         return
     codes = pd.MultiIndex.from_arrays(values).factorize() if len(keys) > 1 else pd.factorize(values[0])
     labels, uniques = codes
@@ -132,9 +149,17 @@ def _groups(df: pd.DataFrame, keys: list[str]):
 
 def step_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
     """The CPU ranges that mark training steps (STEP_RANGE), in time order per process."""
-    names = nvtx["name"].astype(str)
-    steps = nvtx[names.str.match(STEP_RANGE).to_numpy(dtype=bool)]
+    steps = nvtx[matching(nvtx["name"], STEP_RANGE)]
     return steps.sort_values(["pid", "start_ns"], kind="stable")
+
+
+def matching(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Which names match ``pattern`` (missing ones never), as a bool array; for a categorical column each
+    distinct name is matched once and the verdict read through the codes, not 77k names made strings."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return names.astype(str).str.match(pattern).to_numpy(dtype=bool)
+    hit = np.asarray(names.cat.categories.astype(str).str.match(pattern), dtype=bool)
+    return np.append(hit, False)[names.cat.codes.to_numpy()]  # code -1 (missing) reads the appended False
 
 
 def step_windows(steps: pd.DataFrame, launched: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
@@ -179,6 +204,7 @@ def temporal_by_step(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         w = windows[(windows["pid"] == pid) & (windows["device_id"] == dev)]
         if w.empty:
             continue
+        idx = np.arange(len(ops))[idx]  # positions, also for one group (a slice)
         order = idx[np.argsort(starts[idx], kind="stable")]
         s = starts[order]
         longest = int((ends[order] - s).max())

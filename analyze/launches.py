@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from profiler_kit.analyze.idle import in_order, stream_sort
 from profiler_kit.analyze.projection import launches
+from profiler_kit.analyze.tables import one_value
 
 # HTA's get_cuda_kernel_launch_stats looks only at these calls (nsys adds a version suffix: "_v7000").
 HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
@@ -171,6 +172,17 @@ def by_call(key: np.ndarray, ops: np.ndarray) -> np.ndarray | None:
     return np.argsort(key, kind="stable")
 
 
+def by_launch_start(launched: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray]:
+    """The launch rows in order of their call's start (None: already in that order) and the sorted starts.
+    Only the starts are gathered: the phases then read their own launches' values, not a sorted copy of
+    every column (six gathers of a million rows)."""
+    starts = launched["launch_start_ns"].to_numpy()
+    if not (starts[1:] < starts[:-1]).any():
+        return None, starts
+    order = np.argsort(starts, kind="stable")
+    return order, starts[order]
+
+
 # A phase is launch-bound when its launch calls keep the CPU busier than its ops keep the GPU
 # (LAUNCH_BOUND_RATIO), or when most of its ops are shorter than their launch (SHORT_KERNEL_FRAC) and the
 # GPU starts them about as soon as they are launched (median delay under SHALLOW_QUEUE_NS: no queue to
@@ -200,17 +212,18 @@ def launch_phases(launched: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     ]
     if launched.empty or phases.empty:
         return pd.DataFrame(columns=cols)
-    order = np.argsort(launched["launch_start_ns"].to_numpy(), kind="stable")
-    ls = launched["launch_start_ns"].to_numpy()[order]
-    lpid = launched["pid"].to_numpy()[order]
-    cpu, gpu = launched["cpu_ns"].to_numpy()[order], launched["gpu_ns"].to_numpy()[order]
-    short, delay = launched["short"].to_numpy(dtype=bool)[order], launched["launch_delay_ns"].to_numpy()[order]
+    order, ls = by_launch_start(launched)
+    lpid = launched["pid"].to_numpy()
+    one_pid = one_value(lpid)  # one process (the usual case): no look at each launch's pid
+    cpu, gpu = launched["cpu_ns"].to_numpy(), launched["gpu_ns"].to_numpy()
+    short, delay = launched["short"].to_numpy(dtype=bool), launched["launch_delay_ns"].to_numpy()
     lo = np.searchsorted(ls, phases["start_ns"].to_numpy(), "left")
     hi = np.searchsorted(ls, phases["end_ns"].to_numpy(), "left")
     acc: dict[str, list] = {}
     names = phases["name"].astype(str).str.replace(r"#\d+$", "#N", regex=True)  # ProfilerStep#3 -> ProfilerStep#N
     for name, pid, a, b in zip(names, phases["pid"].to_numpy(), lo, hi, strict=True):
-        own = np.flatnonzero(lpid[a:b] == pid) + a
+        inside = np.arange(a, b) if order is None else order[a:b]  # the launches that started while it was open
+        own = (inside if lpid[0] == pid else inside[:0]) if one_pid else inside[lpid[inside] == pid]
         row = acc.setdefault(name, [0, []])
         row[0] += 1
         row[1].append(own)

@@ -470,3 +470,60 @@ def ref_temporal(ops: pd.DataFrame) -> pd.DataFrame:
         df[f"{part}_frac"] = df[f"{part}_ns"] / df["span_ns"].where(df["span_ns"] > 0)
     assert df["busy_ns"].sum() == sum(union_length(s[idx], e[idx]) for idx in seen.values())
     return df[TEMPORAL_COLUMNS]
+
+
+def ref_copy_bandwidth(memops: pd.DataFrame) -> pd.DataFrame:
+    """Per memcpy name in order of first appearance (copies without a name in no row)."""
+    from profiler_kit.analyze.copies import CEILING_MIN_BYTES, COPY_COLUMNS
+
+    acc: dict = {}
+    for m in memops.itertuples(index=False):
+        if m.kind != "memcpy" or pd.isna(m.name):
+            continue
+        row = acc.setdefault(str(m.name), [0, 0, 0, np.nan])
+        row[0] += 1
+        row[1] += max(m.size_bytes, 0)
+        row[2] += m.duration_ns
+        if m.duration_ns > 0 and m.size_bytes >= CEILING_MIN_BYTES:
+            row[3] = np.nanmax([row[3], m.size_bytes / m.duration_ns])
+    if not acc:
+        return pd.DataFrame(columns=COPY_COLUMNS)
+    out = pd.DataFrame([[k, *v] for k, v in acc.items()], columns=["kind", "copies", "bytes", "total_ns", "ceiling"])
+    out["gb_per_s"] = out["bytes"] / out["total_ns"].where(out["total_ns"] > 0)
+    out["ceiling_gb_per_s"] = out["ceiling"]
+    out["of_ceiling_frac"] = out["gb_per_s"] / out["ceiling_gb_per_s"]
+    return out.sort_values("total_ns", ascending=False, kind="stable")[COPY_COLUMNS].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("path", real_params())
+def test_copy_bandwidth_equals_the_loop_on_real_traces(path):
+    from profiler_kit.analyze.copies import copy_bandwidth
+
+    trace, _ = _real(path)
+    pd.testing.assert_frame_equal(copy_bandwidth(trace.memops), ref_copy_bandwidth(trace.memops), check_dtype=False)
+
+
+def test_copy_bandwidth_and_step_names_with_missing_names():
+    from profiler_kit.analyze.copies import copy_bandwidth
+    from profiler_kit.analyze.idle import matching, step_ranges
+
+    names = [None, "[CUDA memcpy Device-to-Host]", "[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]"]
+    memops = pd.DataFrame(
+        {
+            "name": pd.Categorical(names, categories=sorted(n for n in set(names) if n) + ["unused"]),
+            "kind": pd.Categorical(["memcpy", "memcpy", "memcpy", "memset"]),
+            "size_bytes": [1 << 21, 1 << 20, 10, 1 << 22],
+            "duration_ns": [100, 200, 0, 50],
+        }
+    )
+    got = copy_bandwidth(memops)
+    pd.testing.assert_frame_equal(got, ref_copy_bandwidth(memops), check_dtype=False)
+    assert got["kind"].tolist() == ["[CUDA memcpy Device-to-Host]", "[CUDA memcpy Host-to-Device]"]
+    nvtx = pd.DataFrame(
+        {"name": pd.Categorical(["ProfilerStep#2", None, "step", "steps", "ProfilerStep#1"]), "pid": 1}
+        | {"start_ns": [5, 1, 3, 2, 0]}
+    )
+    expected = [True, False, True, False, True]
+    assert matching(nvtx["name"], re.compile(r"^(ProfilerStep#\d+|step)$")).tolist() == expected
+    assert matching(nvtx["name"].astype(object), re.compile(r"^(ProfilerStep#\d+|step)$")).tolist() == expected
+    assert step_ranges(nvtx)["start_ns"].tolist() == [0, 3, 5]
