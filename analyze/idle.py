@@ -292,19 +292,15 @@ def idle_breakdown(
     code, n_codes, order = streams if streams is not None else ops_streams(ops)
     c, start = in_order(code, order), in_order(ops["start_ns"].to_numpy(), order)
     end, ls = in_order(ops["end_ns"].to_numpy(), order), in_order(launch_starts(launched, n), order)
-    prev_end = end[:-1]  # the gap before op i+1 of the order, which follows op i on its stream or opens one
-    gap = np.subtract(start[1:], prev_end)
-    np.maximum(gap, 0, out=gap)
-    # class 0 host_wait (launched after the previous op ended), else 1 kernel_wait (short gap), else 2 other
-    cls = np.where(gap < kernel_wait_ns, np.int8(1), np.int8(2))
-    cls[ls[1:] > prev_end] = 0
-    # a stream's first op has no gap: counted in one slot past the streams' (no compress of every array)
-    slot = cls if n_codes == 1 else np.where(c[1:] == c[:-1], c[1:] * 3 + cls, 3 * n_codes)
-    gaps = np.bincount(slot, minlength=3 * n_codes + 1)[: 3 * n_codes]
-    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes + 1)[: 3 * n_codes]  # float64: exact below 2**53 ns
+    # the ordered rows hold each stream's ops as one block: the gaps of a stream are those inside its block
+    bounds = np.searchsorted(c, np.arange(n_codes + 1)) if n_codes > 1 else np.array([0, n])
+    gaps = np.zeros(3 * n_codes, dtype=np.int64)  # per stream: host_wait, kernel_wait, other
+    idle = np.zeros(3 * n_codes, dtype=np.int64)
+    for g in range(n_codes):
+        a, b = bounds[g], bounds[g + 1]
+        gaps[3 * g : 3 * g + 3], idle[3 * g : 3 * g + 3] = _gap_classes(start[a:b], end[a:b], ls[a:b], kernel_wait_ns)
     kept = np.flatnonzero(gaps)
-    first = np.zeros(n_codes, dtype=np.int64)  # a row of each stream, for its pid, device and stream
-    first[c[::-1]] = np.arange(n - 1, -1, -1) if order is None else order[::-1]
+    first = bounds[:-1] if order is None else order[bounds[:-1]]  # a row of each stream, for its keys
     rows = first[kept // 3]
     out = pd.DataFrame(
         {
@@ -319,6 +315,21 @@ def idle_breakdown(
     total = out.groupby(["pid", "device_id", "stream_id"])["idle_ns"].transform("sum")
     out["idle_frac"] = out["idle_ns"] / total.where(total > 0)
     return out.sort_values(["pid", "device_id", "stream_id"], kind="stable").reset_index(drop=True)[IDLE_COLUMNS]
+
+
+def _gap_classes(start: np.ndarray, end: np.ndarray, launch: np.ndarray, kernel_wait_ns: int) -> tuple[list, list]:
+    """One stream's ops in start order: the gaps and idle ns of each class (host_wait, kernel_wait, other).
+    Counted and summed through masks (int64 sums, exact), where a class code per gap and two ``bincount``s
+    (one over a float copy of every gap) cost twice as much."""
+    prev_end = end[:-1]  # the gap before op i + 1 follows op i
+    gap = np.subtract(start[1:], prev_end)
+    np.maximum(gap, 0, out=gap)
+    host = launch[1:] > prev_end  # launched after the previous op ended
+    short = gap < kernel_wait_ns
+    short &= ~host  # kernel_wait: queued, a short gap
+    other = ~(host | short)
+    masks = (host, short, other)
+    return [np.count_nonzero(m) for m in masks], [int(gap.sum(where=m)) for m in masks]
 
 
 def ops_streams(ops: pd.DataFrame) -> tuple[np.ndarray, int, np.ndarray | None]:
