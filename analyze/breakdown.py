@@ -670,7 +670,9 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES, threads: int =
     """Every breakdown of one trace, by name: the entry point for notebooks and reports.
 
     ``tables`` names the ones to return (all of TABLES by default): a report skips the
-    tables it never shows, such as range_kernels (0.1 s on a million kernels). A second
+    tables it never shows, such as range_kernels (0.1 s on a million kernels). "launches", never
+    returned unless named, is the ops' match to their launching calls (``projection.launches`` with
+    runtime_row), which the report's diagnosis takes instead of matching a million ops again. A second
     thread matches the ops to their launches (from their ids alone, waiting there for a
     runtime table still being read) while this one builds and classifies the ops, sums
     them up (``op_tables``) and builds the overview (``summarize_trace``); then it builds the
@@ -680,7 +682,10 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES, threads: int =
     this thread, in the order submitted: the sequential reference the threaded result must equal.
     """
     with ThreadPoolExecutor(max_workers=1) if threads > 1 else InPlace() as pool:
-        side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime))  # may wait for the runtime
+        with_rows = "launches" in tables  # for the diagnosis (analyze.launches.launch_table): no second match
+        side_launches = pool.submit(
+            lambda: launches(op_ids(trace), trace.runtime, with_rows)
+        )  # may wait for the runtime
         ops = gpu_ops(trace)
         op_summaries = op_tables(ops, tables)
         if "memops" in tables:
@@ -738,8 +743,8 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES, threads: int =
         out |= op_summaries | side.result()[0]
         out |= taken_back(side_api, api_tables)  # first: run here while the other thread may still sum the pairs
         out |= taken_back(side_pairs, pair_tables)
-    out |= {"ops": ops, "attributed": attributed, "projection": projection}
-    return {name: out[name] for name in TABLES if name in tables}
+    out |= {"ops": ops, "attributed": attributed, "projection": projection, "launches": launched}
+    return {name: out[name] for name in (*TABLES, "launches") if name in tables}
 
 
 class InPlace(Executor):

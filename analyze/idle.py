@@ -72,6 +72,13 @@ def _breakdown(starts, ends, compute, comm, lo: int | None = None, hi: int | Non
         starts, ends = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
     span = int(ends.max() - starts.min()) if lo is None else int(hi - lo)
     busy = union_length(starts, ends)
+    if not comm.any():  # no communication (one GPU): the compute time alone, with no interval of its union built
+        comp = union_length(starts[compute], ends[compute]) if not compute.all() else busy
+        return {"span_ns": span, "busy_ns": busy, "compute_ns": comp, "non_compute_ns": busy - comp} | {
+            "idle_ns": span - busy,
+            "comm_ns": 0,
+            "comm_exposed_ns": 0,
+        }
     c_s, c_e = interval_union(starts[compute], ends[compute])
     m_s, m_e = interval_union(starts[comm], ends[comm])
     comp = int((c_e - c_s).sum())
@@ -96,8 +103,17 @@ def _fracs(df: pd.DataFrame) -> pd.DataFrame:
 
 def _masks(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
-    comm = np.asarray(ops["category"].isin(NON_COMPUTE_CATEGORIES), dtype=bool)
+    comm = in_categories(ops["category"], NON_COMPUTE_CATEGORIES)
     return is_kernel & ~comm, is_kernel & comm
+
+
+def in_categories(values: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
+    """``values.isin(wanted)`` as a bool array; for a categorical column, the few categories are looked up and
+    their verdict read through the codes (one gather of a million small codes, no hash of each row)."""
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        return np.asarray(values.isin(wanted), dtype=bool)
+    hit = np.append(np.asarray(values.cat.categories.isin(wanted), dtype=bool), False)  # code -1 (missing): False
+    return hit[values.cat.codes.to_numpy()]
 
 
 def temporal_breakdown(ops: pd.DataFrame) -> pd.DataFrame:
@@ -116,10 +132,11 @@ def temporal_breakdown(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def _groups(df: pd.DataFrame, keys: list[str]):
-    """(key tuple, row positions) per distinct value of ``keys`` (columns may be views of one value)."""
+    """(key tuple, row positions) per distinct value of ``keys`` (columns may be views of one value). One
+    group (one process, one GPU) comes as ``slice(None)``: its columns are then read as views, not gathered."""
     values = [np.asarray(df[k].to_numpy()) for k in keys]
     if all(one_value(v) for v in values):
-        yield tuple(int(v[0]) for v in values), np.arange(len(df))
+        yield tuple(int(v[0]) for v in values), slice(None)
         return
     codes = pd.MultiIndex.from_arrays(values).factorize() if len(keys) > 1 else pd.factorize(values[0])
     labels, uniques = codes
@@ -132,9 +149,17 @@ def _groups(df: pd.DataFrame, keys: list[str]):
 
 def step_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
     """The CPU ranges that mark training steps (STEP_RANGE), in time order per process."""
-    names = nvtx["name"].astype(str)
-    steps = nvtx[names.str.match(STEP_RANGE).to_numpy(dtype=bool)]
+    steps = nvtx[matching(nvtx["name"], STEP_RANGE)]
     return steps.sort_values(["pid", "start_ns"], kind="stable")
+
+
+def matching(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Which names match ``pattern`` (missing ones never), as a bool array; for a categorical column each
+    distinct name is matched once and the verdict read through the codes, not 77k names made strings."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return names.astype(str).str.match(pattern).to_numpy(dtype=bool)
+    hit = np.asarray(names.cat.categories.astype(str).str.match(pattern), dtype=bool)
+    return np.append(hit, False)[names.cat.codes.to_numpy()]  # code -1 (missing) reads the appended False
 
 
 def step_windows(steps: pd.DataFrame, launched: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
@@ -179,6 +204,7 @@ def temporal_by_step(ops: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         w = windows[(windows["pid"] == pid) & (windows["device_id"] == dev)]
         if w.empty:
             continue
+        idx = np.arange(len(ops))[idx]  # positions, also for one group (a slice)
         order = idx[np.argsort(starts[idx], kind="stable")]
         s = starts[order]
         longest = int((ends[order] - s).max())
@@ -198,6 +224,16 @@ def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.n
     order of (code, time): sorted by time first (timsort: a trace's rows come nearly in order), then stably
     by code (a radix sort on small integers). Much faster than ``np.lexsort`` on a million rows.
     ``times`` None: the codes only (order None)."""
+    code, n_codes, order = stream_sort(keys, times)
+    if times is not None and order is None:
+        order = np.arange(len(code))
+    return code, n_codes, order
+
+
+def stream_sort(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """``stream_order``, but None for the order when the rows already come in (code, time) order: one stream
+    after another, each in time order (a single-stream trace, kernels then copies), where the callers then
+    read the columns as they are instead of gathering a million rows by an order that changes nothing."""
     n = len(keys[0])
     varying = [np.asarray(k) for k in keys if not one_value(k)]
     if not varying:
@@ -208,7 +244,7 @@ def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.n
     else:
         code, uniques = pd.MultiIndex.from_arrays(varying).factorize()
         n_codes = len(uniques)
-    if times is None:
+    if times is None or in_stream_order(code, times):
         return code, n_codes, None
     by_time = np.argsort(times, kind="stable")
     if n_codes == 1:
@@ -217,36 +253,54 @@ def stream_order(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.n
     return code, n_codes, by_time[np.argsort(small[by_time], kind="stable")]
 
 
+def in_stream_order(code: np.ndarray, times: np.ndarray) -> bool:
+    """Rows sorted by (code, time) already: codes never fall and times never fall within a code
+    (two comparisons of neighbours, a few ms on a million rows, where the sorts and gathers take tens)."""
+    if len(code) < 2:
+        return True
+    if (code[1:] < code[:-1]).any():
+        return False
+    falls = times[1:] < times[:-1]
+    return not (falls.any() and (falls & (code[1:] == code[:-1])).any())
+
+
+def in_order(values: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """``values[order]``, or ``values`` itself when ``order`` is None (``stream_sort``: rows in order)."""
+    return values if order is None else values[order]
+
+
 IDLE_COLUMNS = ["pid", "device_id", "stream_id", "idle_class", "gaps", "idle_ns", "idle_frac"]
 
 
-def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: int = KERNEL_WAIT_NS) -> pd.DataFrame:
+def idle_breakdown(
+    ops: pd.DataFrame,
+    launched: pd.DataFrame,
+    kernel_wait_ns: int = KERNEL_WAIT_NS,
+    streams: tuple[np.ndarray, int, np.ndarray | None] | None = None,
+) -> pd.DataFrame:
     """Per stream, the idle time between its consecutive ops by class (IDLE_CLASSES, HTA's definitions).
 
     ``launched`` is ``analyze.launches.launch_table(ops, runtime)``: an op with no launch in the trace is
     never host_wait. ``idle_frac`` is the class's share of the stream's idle time. Negative gaps (ops
-    overlapping on one stream, which a trace should not hold) count as 0.
+    overlapping on one stream, which a trace should not hold) count as 0. ``streams``: ``ops_streams(ops)``
+    when already computed (the queue length shares it).
     """
     if ops.empty:
         return pd.DataFrame(columns=IDLE_COLUMNS)
     n = len(ops)
-    launch_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    if len(launched):
-        launch_start[launched["op_row"].to_numpy()] = launched["launch_start_ns"].to_numpy()
     keys = [np.broadcast_to(ops[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
-    start = ops["start_ns"].to_numpy()
-    code, n_codes, order = stream_order(keys, start)
-    c, start, end, ls = code[order], start[order], ops["end_ns"].to_numpy()[order], launch_start[order]
-    prev_end = end[:-1]  # the gap before op i+1 of the order, which follows op i on its stream or opens one
-    gap = np.maximum(start[1:] - prev_end, 0)
-    cls = np.where(ls[1:] > prev_end, 0, np.where(gap < kernel_wait_ns, 1, 2))  # host_wait, kernel_wait, other
-    # a stream's first op has no gap: counted in one slot past the streams' (no compress of every array)
-    slot = np.where(c[1:] == c[:-1], c[1:] * 3 + cls, 3 * n_codes)
-    gaps = np.bincount(slot, minlength=3 * n_codes + 1)[:-1]
-    idle = np.bincount(slot, weights=gap, minlength=3 * n_codes + 1)[:-1]  # float64: exact below 2**53 ns (104 days)
+    code, n_codes, order = streams if streams is not None else ops_streams(ops)
+    c, start = in_order(code, order), in_order(ops["start_ns"].to_numpy(), order)
+    end, ls = in_order(ops["end_ns"].to_numpy(), order), in_order(launch_starts(launched, n), order)
+    # the ordered rows hold each stream's ops as one block: the gaps of a stream are those inside its block
+    bounds = np.searchsorted(c, np.arange(n_codes + 1)) if n_codes > 1 else np.array([0, n])
+    gaps = np.zeros(3 * n_codes, dtype=np.int64)  # per stream: host_wait, kernel_wait, other
+    idle = np.zeros(3 * n_codes, dtype=np.int64)
+    for g in range(n_codes):
+        a, b = bounds[g], bounds[g + 1]
+        gaps[3 * g : 3 * g + 3], idle[3 * g : 3 * g + 3] = _gap_classes(start[a:b], end[a:b], ls[a:b], kernel_wait_ns)
     kept = np.flatnonzero(gaps)
-    first = np.zeros(n_codes, dtype=np.int64)  # a row of each stream, for its pid, device and stream
-    first[c[::-1]] = order[::-1]
+    first = bounds[:-1] if order is None else order[bounds[:-1]]  # a row of each stream, for its keys
     rows = first[kept // 3]
     out = pd.DataFrame(
         {
@@ -261,6 +315,41 @@ def idle_breakdown(ops: pd.DataFrame, launched: pd.DataFrame, kernel_wait_ns: in
     total = out.groupby(["pid", "device_id", "stream_id"])["idle_ns"].transform("sum")
     out["idle_frac"] = out["idle_ns"] / total.where(total > 0)
     return out.sort_values(["pid", "device_id", "stream_id"], kind="stable").reset_index(drop=True)[IDLE_COLUMNS]
+
+
+def _gap_classes(start: np.ndarray, end: np.ndarray, launch: np.ndarray, kernel_wait_ns: int) -> tuple[list, list]:
+    """One stream's ops in start order: the gaps and idle ns of each class (host_wait, kernel_wait, other).
+    Counted and summed through masks (int64 sums, exact), where a class code per gap and two ``bincount``s
+    (one over a float copy of every gap) cost twice as much."""
+    prev_end = end[:-1]  # the gap before op i + 1 follows op i
+    gap = np.subtract(start[1:], prev_end)
+    np.maximum(gap, 0, out=gap)
+    host = launch[1:] > prev_end  # launched after the previous op ended
+    short = gap < kernel_wait_ns
+    short &= ~host  # kernel_wait: queued, a short gap
+    other = ~(host | short)
+    masks = (host, short, other)
+    return [np.count_nonzero(m) for m in masks], [int(gap.sum(where=m)) for m in masks]
+
+
+def ops_streams(ops: pd.DataFrame) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """``stream_sort`` of the ops by (pid, device, stream) and start: computed once for the idle time and the
+    queue length (``analyze.launches.queue_length``), which order the same rows the same way."""
+    n = len(ops)
+    keys = [np.broadcast_to(ops[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
+    return stream_sort(keys, ops["start_ns"].to_numpy())
+
+
+def launch_starts(launched: pd.DataFrame, n: int) -> np.ndarray:
+    """The launch call's start of each of the ``n`` ops (int64 min where none was matched): the launch table's
+    column itself when every op was matched (its op_row is then 0..n-1), with no fresh array to fill."""
+    op_row = launched["op_row"].to_numpy()
+    if len(op_row) == n and n > 0 and op_row[0] == 0 and op_row[-1] == n - 1:  # rows rise: 0..n-1
+        return launched["launch_start_ns"].to_numpy()
+    launch_start = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    if len(launched):
+        launch_start[op_row] = launched["launch_start_ns"].to_numpy()
+    return launch_start
 
 
 def idle_totals(idle: pd.DataFrame) -> pd.DataFrame:

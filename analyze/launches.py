@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from profiler_kit.analyze.idle import stream_order
+from profiler_kit.analyze.idle import in_order, stream_sort
 from profiler_kit.analyze.projection import launches
+from profiler_kit.analyze.tables import one_value
 
 # HTA's get_cuda_kernel_launch_stats looks only at these calls (nsys adds a version suffix: "_v7000").
 HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
@@ -39,31 +40,23 @@ LAUNCH_COLUMNS = [
 ]
 
 
-def launch_table(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+def launch_table(ops: pd.DataFrame, runtime: pd.DataFrame, matched: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per GPU op matched to its launching runtime call (LAUNCH_COLUMNS).
 
-    The match is ``analyze.projection.launches`` (pid and correlation id, first runtime row wins): given
-    each runtime row's number in place of its start time, it hands back the matched rows, whose name,
-    start and end are then read here. Ops with no launch in the trace are left out.
+    The match is ``analyze.projection.launches`` (pid and correlation id, first runtime row wins); the
+    matched runtime rows' name, start and end are then read here. ``matched``: that match when already
+    made, ``launches(ops, runtime, runtime_rows=True)`` (``analyze_trace`` makes it for the projection):
+    matching a million ops again cost the diagnosis 0.03 s. Ops with no launch in the trace are left out.
     """
     if ops.empty or runtime.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in LAUNCH_COLUMNS})
-    numbered = pd.DataFrame(
-        {
-            "start_ns": np.arange(len(runtime), dtype=np.int64),  # launches() gathers this: the runtime row
-            "end_ns": runtime["end_ns"].to_numpy(),
-            "pid": runtime["pid"].to_numpy(),
-            "tid": runtime["tid"].to_numpy(),
-            "correlation_id": runtime["correlation_id"].to_numpy(),
-        },
-        copy=False,
-    )
-    matched = launches(ops[["correlation_id", "pid"]], numbered)
-    rt = matched["launch_start_ns"].to_numpy()
+    if matched is None:
+        matched = launches(ops[["correlation_id", "pid"]], runtime, runtime_rows=True)
+    rt = matched["runtime_row"].to_numpy()
     op_row = matched["op_row"].to_numpy()
     start = _at(ops["start_ns"].to_numpy(), op_row)
-    launch_start = runtime["start_ns"].to_numpy()[rt]
-    launch_end = runtime["end_ns"].to_numpy()[rt]
+    launch_start = matched["launch_start_ns"].to_numpy()
+    launch_end = matched["launch_end_ns"].to_numpy()
     cpu = launch_end - launch_start
     gpu = _at(ops["duration_ns"].to_numpy(), op_row)
     names = runtime["name"]
@@ -133,40 +126,61 @@ def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
     calls = pd.Categorical(launched["launch_call"])
     names = base_call(pd.Series(calls.categories))  # per distinct name, not per row
     group, labels = pd.factorize(names)
-    key = group[calls.codes]
     n = len(labels)
-
-    def total(values: np.ndarray) -> np.ndarray:
-        return np.bincount(key, weights=values, minlength=n)
-
+    key = group.astype(np.int16 if n < 2**15 else np.int64)[calls.codes]
     ops = np.bincount(key, minlength=n)
+    order = by_call(key, ops)
+    bounds = np.concatenate([[0], np.cumsum(ops)])  # call g's rows: bounds[g]:bounds[g + 1] of the order
+    cpu, gpu, delay = (in_order(launched[c].to_numpy(), order) for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
+    short = in_order(launched["short"].to_numpy(dtype=bool), order)
+    ints = np.zeros((6, n), dtype=np.int64)  # cpu and gpu totals, delay total, short ops, outliers of each kind
+    floats = np.full((3, n), np.nan)  # cpu and delay median, delay max
+    for g in np.flatnonzero(ops):
+        rows = slice(bounds[g], bounds[g + 1])
+        c, d = cpu[rows], delay[rows]
+        ints[:, g] = (c.sum(), gpu[rows].sum(), d.sum(), np.count_nonzero(short[rows]),
+                      np.count_nonzero(c > RUNTIME_OUTLIER_NS), np.count_nonzero(d > LAUNCH_DELAY_OUTLIER_NS))  # fmt: skip
+        floats[:, g] = (np.median(c), np.median(d), np.max(d))
     per = np.maximum(ops, 1)  # names with no op (categories unused here) are dropped below
-    cpu, gpu, delay = (launched[c].to_numpy() for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
-    # a mask per call that launched something (a handful; the runtime names many more): beats a groupby's sort
-    groups = {g: key == g for g in np.flatnonzero(ops)}
-
-    def per_group(fn, values: np.ndarray) -> np.ndarray:
-        return np.array([fn(values[groups[g]]) if g in groups else np.nan for g in range(n)], dtype=float)
-
     out = pd.DataFrame(
         {
             "launch_call": labels,
             "ops": ops,
-            "cpu_total_ns": total(cpu).astype(np.int64),
-            "cpu_mean_ns": total(cpu) / per,
-            "cpu_median_ns": per_group(np.median, cpu),
-            "gpu_total_ns": total(gpu).astype(np.int64),
-            "delay_mean_ns": total(delay) / per,
-            "delay_median_ns": per_group(np.median, delay),
-            "delay_max_ns": per_group(np.max, delay),
-            "short_ops": np.bincount(key[launched["short"].to_numpy(dtype=bool)], minlength=n),
-            "cpu_outliers": np.bincount(key[cpu > RUNTIME_OUTLIER_NS], minlength=n),
-            "delay_outliers": np.bincount(key[delay > LAUNCH_DELAY_OUTLIER_NS], minlength=n),
+            "cpu_total_ns": ints[0],
+            "cpu_mean_ns": ints[0].astype(float) / per,
+            "cpu_median_ns": floats[0],
+            "gpu_total_ns": ints[1],
+            "delay_mean_ns": ints[2].astype(float) / per,
+            "delay_median_ns": floats[1],
+            "delay_max_ns": floats[2],
+            "short_ops": ints[3],
+            "cpu_outliers": ints[4],
+            "delay_outliers": ints[5],
         }
     )
     out = out[out["ops"] > 0]
     out["short_frac"] = out["short_ops"] / out["ops"]
     return out.sort_values("cpu_total_ns", ascending=False, kind="stable")[cols].reset_index(drop=True)
+
+
+def by_call(key: np.ndarray, ops: np.ndarray) -> np.ndarray | None:
+    """The rows grouped by launching call (a stable radix sort of the small call codes), or None when one call
+    launched every op (rows as they are): each call's rows are then one slice, whose sums, counts and median
+    cost less than a mask, a copy and a float ``bincount`` per call and column."""
+    if np.count_nonzero(ops) <= 1:
+        return None
+    return np.argsort(key, kind="stable")
+
+
+def by_launch_start(launched: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray]:
+    """The launch rows in order of their call's start (None: already in that order) and the sorted starts.
+    Only the starts are gathered: the phases then read their own launches' values, not a sorted copy of
+    every column (six gathers of a million rows)."""
+    starts = launched["launch_start_ns"].to_numpy()
+    if not (starts[1:] < starts[:-1]).any():
+        return None, starts
+    order = np.argsort(starts, kind="stable")
+    return order, starts[order]
 
 
 # A phase is launch-bound when its launch calls keep the CPU busier than its ops keep the GPU
@@ -198,17 +212,18 @@ def launch_phases(launched: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     ]
     if launched.empty or phases.empty:
         return pd.DataFrame(columns=cols)
-    order = np.argsort(launched["launch_start_ns"].to_numpy(), kind="stable")
-    ls = launched["launch_start_ns"].to_numpy()[order]
-    lpid = launched["pid"].to_numpy()[order]
-    cpu, gpu = launched["cpu_ns"].to_numpy()[order], launched["gpu_ns"].to_numpy()[order]
-    short, delay = launched["short"].to_numpy(dtype=bool)[order], launched["launch_delay_ns"].to_numpy()[order]
+    order, ls = by_launch_start(launched)
+    lpid = launched["pid"].to_numpy()
+    one_pid = one_value(lpid)  # one process (the usual case): no look at each launch's pid
+    cpu, gpu = launched["cpu_ns"].to_numpy(), launched["gpu_ns"].to_numpy()
+    short, delay = launched["short"].to_numpy(dtype=bool), launched["launch_delay_ns"].to_numpy()
     lo = np.searchsorted(ls, phases["start_ns"].to_numpy(), "left")
     hi = np.searchsorted(ls, phases["end_ns"].to_numpy(), "left")
     acc: dict[str, list] = {}
     names = phases["name"].astype(str).str.replace(r"#\d+$", "#N", regex=True)  # ProfilerStep#3 -> ProfilerStep#N
     for name, pid, a, b in zip(names, phases["pid"].to_numpy(), lo, hi, strict=True):
-        own = np.flatnonzero(lpid[a:b] == pid) + a
+        inside = np.arange(a, b) if order is None else order[a:b]  # the launches that started while it was open
+        own = (inside if lpid[0] == pid else inside[:0]) if one_pid else inside[lpid[inside] == pid]
         row = acc.setdefault(name, [0, []])
         row[0] += 1
         row[1].append(own)
@@ -259,31 +274,51 @@ def _queue_stats(issued: np.ndarray, starts: np.ndarray, full_at: int) -> tuple[
     of the length over the span, the sum of the length after each event, the span, the time at
     ``full_at`` ops or more, and the longest queue.
 
-    The length is a count (launches so far - starts so far), so each event's length is a rank found by
-    ``np.searchsorted`` on the two sorted arrays (a launch counted before a start at the same time):
-    no sort of the merged events, which cost more than the rest of the diagnosis.
+    The length is a count (launches so far - starts so far), so each event's length is a rank of the two
+    sorted arrays merged (``starts_before``, a launch counted before a start at the same time).
     """
-    if (np.diff(issued) < 0).any():  # a stream runs its ops in launch order: sorted but for ties and skew
+    if (issued[1:] < issued[:-1]).any():  # a stream runs its ops in launch order: sorted but for ties and skew
         issued = np.sort(issued, kind="stable")
-    nth = np.arange(1, len(starts) + 1)
-    after_launch = nth - np.searchsorted(starts, issued, "left")  # each launch's rank - starts before it
-    after_start = np.searchsorted(issued, starts, "right") - nth
+    n = len(starts)
+    # after launch i: i + 1 launched, before[i] started. After start j: as many launched as launches at or
+    # before it, j + 1 started. Each (launch, start) pair has its launch either after the start or at or
+    # before it, so the starts' counts sum to n * n - sum(before): the sum over events needs no second count.
+    before = starts_before(issued, starts)
+    after_launch = np.arange(1, n + 1) - before
+    events_sum = n * n - 2 * int(before.sum())
     # In the gap before start j (after start j - 1) j ops have started: the queue holds full_at or more
     # from the time launch j + full_at - 1 is issued.
-    j = np.arange(len(starts) - full_at + 1)
-    since = issued[j + full_at - 1]
-    since[1:] = np.maximum(since[1:], starts[j[1:] - 1])
+    since = issued[full_at - 1 :].copy()
+    if len(since) > 1:
+        np.maximum(since[1:], starts[: len(since) - 1], out=since[1:])
     span = int(max(issued[-1], starts[-1]) - min(issued[0], starts[0]))
+    full = starts[: len(since)] - since
     return (
         int((starts - issued).sum()),  # integral of the length: sum of starts - sum of launches, exactly
-        int(after_launch.sum() + after_start.sum()),
+        events_sum,
         span,
-        int(np.maximum(starts[j] - since, 0).sum()),
+        int(np.maximum(full, 0, out=full).sum()),
         int(after_launch.max()),
     )
 
 
-def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGTH) -> pd.DataFrame:
+def starts_before(issued: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """For two sorted arrays: how many ``starts`` lie strictly before each launch
+    (``np.searchsorted(starts, issued, "left")``).
+
+    One stable argsort of the two arrays placed end to end is a single merge of two runs in timsort, where a
+    launch comes before a start at the same time as it comes first: the place of launch i in the merge, less
+    i, is the count. Binary searches of a million sorted values took twice as long.
+    """
+    merged = np.argsort(np.concatenate([issued, starts]), kind="stable")
+    return np.flatnonzero(merged < len(issued)) - np.arange(len(issued))
+
+
+def queue_length(
+    launched: pd.DataFrame,
+    max_queue_length: int = MAX_QUEUE_LENGTH,
+    streams: tuple[np.ndarray, int, np.ndarray | None] | None = None,
+) -> pd.DataFrame:
     """Per stream, the ops launched and not yet started over time (HTA ``get_queue_length_time_series``).
 
     Each launch call's start adds one to its op's stream queue, the op's GPU start takes it off (HTA's
@@ -291,15 +326,17 @@ def queue_length(launched: pd.DataFrame, max_queue_length: int = MAX_QUEUE_LENGT
     weighted by time, ``event_mean_length`` is the mean over change points (HTA's summary ``describe()``),
     ``full_ns`` the time the queue held ``max_queue_length`` ops or more (HTA's blocked-on-full-queue time:
     the host's next launch call then blocks) and ``full_frac`` its share of the stream's queue span.
+    ``streams``: the launched rows' ``analyze.idle.stream_sort`` by (pid, device, stream) and GPU start when
+    already computed (``analyze.idle.ops_streams`` when every op was launched: the same rows).
     """
     if launched.empty:
         return pd.DataFrame(columns=QUEUE_COLUMNS)
     n = len(launched)
     keys = [np.broadcast_to(launched[c].to_numpy(), n) for c in ("pid", "device_id", "stream_id")]
-    code, m, order = stream_order(keys, launched["gpu_start_ns"].to_numpy())
-    bounds = np.searchsorted(code[order], np.arange(m + 1))  # each stream's rows in ``order``
-    starts = launched["gpu_start_ns"].to_numpy()[order]
-    issued = launched["launch_start_ns"].to_numpy()[order]
+    code, m, order = streams if streams is not None else stream_sort(keys, launched["gpu_start_ns"].to_numpy())
+    bounds = np.searchsorted(in_order(code, order), np.arange(m + 1))  # each stream's rows in ``order``
+    starts = in_order(launched["gpu_start_ns"].to_numpy(), order)
+    issued = in_order(launched["launch_start_ns"].to_numpy(), order)
     stats = np.array(
         [
             _queue_stats(issued[a:b], starts[a:b], max_queue_length)

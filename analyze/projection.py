@@ -32,19 +32,20 @@ from profiler_kit.analyze.tables import one_value, one_value_view
 DENSE_SLOTS_PER_KEY = 16
 
 
-def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
+def launches(ops: pd.DataFrame, runtime: pd.DataFrame, runtime_rows: bool = False) -> pd.DataFrame:
     """Each GPU op with its launching call: columns op_row, pid, tid, launch_start_ns, launch_end_ns.
 
     Ops without a matching runtime row (no correlation id, API not traced) are left out.
     The match is on (pid, correlation id), first runtime row wins; exports without a
     process id on GPU rows match on the correlation id alone. Rows keep the ops' order.
+    ``runtime_rows`` adds the matched row's position in ``runtime`` (runtime_row), so the
+    diagnosis (``analyze.launches.launch_table``) reads the call's name without matching again.
     """
     rt_cid = runtime["correlation_id"].to_numpy()
     with_cid = rt_cid >= 0
     if ops.empty or not with_cid.any():
-        return pd.DataFrame(
-            {"op_row": [], "pid": [], "tid": [], "launch_start_ns": [], "launch_end_ns": []}, dtype="int64"
-        )
+        columns = ["op_row", "pid", "tid", "launch_start_ns", "launch_end_ns"] + ["runtime_row"] * runtime_rows
+        return pd.DataFrame({c: [] for c in columns}, dtype="int64")
     rt_pid = runtime["pid"].to_numpy()
     kept = None if with_cid.all() else np.flatnonzero(with_cid)  # runtime rows with an id (None: all)
     if kept is not None:
@@ -84,7 +85,8 @@ def launches(ops: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
             "tid": gather(runtime["tid"].to_numpy(), rt_rows),
             "launch_start_ns": runtime["start_ns"].to_numpy()[rt_rows],
             "launch_end_ns": runtime["end_ns"].to_numpy()[rt_rows],
-        },
+        }
+        | ({"runtime_row": rt_rows.astype(np.int64, copy=False)} if runtime_rows else {}),
         copy=False,  # fresh arrays (or views of one value): skip pandas' copy into one 2-D block
     )
 

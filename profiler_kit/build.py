@@ -574,8 +574,9 @@ def analyze_source(src, label: str, cache=None, prefetched=None) -> TraceResult:
     from profiler_kit.analyze.tables import one_value_view
 
     trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
-    tables = analyze_trace(trace, REPORT_TABLES)
-    tables |= diagnose(trace, tables["ops"], tables.get("categories"))  # profiler_kit/build_findings.py
+    tables = analyze_trace(trace, (*REPORT_TABLES, "launches"))
+    matched = tables.pop("launches")  # the ops' launch match, taken by the diagnosis
+    tables |= diagnose(trace, tables["ops"], tables.get("categories"), matched)  # profiler_kit/build_findings.py
     if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
         tables.update(memory_counter_tables(trace))
     ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries

@@ -9,22 +9,31 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pandas as pd
 
 from profiler_kit.analyze.arrays import distinct_values
-from profiler_kit.analyze.breakdown import phase_ranges
+from profiler_kit.analyze.breakdown import phase_ranges, taken_back
 from profiler_kit.analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
 from profiler_kit.analyze.copies import copy_bandwidth
 from profiler_kit.analyze.findings import rank_findings
 from profiler_kit.analyze.idle import (
     idle_breakdown,
     idle_totals,
+    ops_streams,
     step_ranges,
     step_windows,
     temporal_breakdown,
     temporal_by_step,
 )
-from profiler_kit.analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
+from profiler_kit.analyze.launches import (
+    MAX_QUEUE_LENGTH,
+    launch_phases,
+    launch_table,
+    queue_length,
+    short_excess,
+    summarize_launches,
+)
 from profiler_kit.analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
 from profiler_kit.analyze.sequences import kernel_sequences
 from profiler_kit.analyze.tables import Trace, one_value_view
@@ -48,18 +57,26 @@ DIAGNOSIS_TABLES = (
 )
 
 
-def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
-    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``.
+def diagnose(
+    trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None, matched: pd.DataFrame | None = None
+) -> dict[str, pd.DataFrame]:
+    """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``, ``matched`` the
+    ops' launch match when ``analyze_trace`` made it (its "launches" table; else matched here).
 
-    A second thread takes the analyses that need only the ops (sequences, temporal breakdown, collectives),
-    then the queue length, while this one matches the launches and summarizes them: numpy releases the GIL
-    in its sorts and reductions, so with a core free the two halves overlap.
+    A second thread takes the analyses that need only the ops (sequences first: the longest; then the temporal
+    breakdown and collectives), then the queue length, while this one matches the launches and summarizes
+    them; what the second thread has not started by then is taken back and run here (``taken_back``), so
+    neither waits long for the other. numpy releases the GIL in its sorts and reductions, so with a core free
+    the two halves overlap.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
+        side_sequences = pool.submit(kernel_sequences, ops)
         side_ops = pool.submit(_op_analyses, trace, ops)
-        launched = launch_table(ops, trace.runtime)
-        side_queue = pool.submit(queue_length, launched)
-        idle = idle_breakdown(ops, launched)
+        launched = launch_table(ops, trace.runtime, matched)
+        streams = ops_streams(ops)  # sorted once for the idle time and the queue length
+        queue_streams = streams if same_rows(ops, launched) else None
+        side_queue = pool.submit(queue_length, launched, MAX_QUEUE_LENGTH, queue_streams)
+        idle = idle_breakdown(ops, launched, streams=streams)
         out = {
             "idle": idle,
             "idle_classes": idle_totals(idle),
@@ -69,19 +86,30 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
             "roofline": roofline(trace, ops),
         }
         out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
-        out |= side_ops.result()
-        out["queue"] = side_queue.result()
+        out["queue"] = taken_back(side_queue, queue_length, launched, MAX_QUEUE_LENGTH, queue_streams)
+        out |= taken_back(side_ops, _op_analyses, trace, ops)
+        out["sequences"] = side_sequences.result()
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": short_excess(launched)})
     return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": out["comm_kernels"]}
 
 
+def same_rows(ops: pd.DataFrame, launched: pd.DataFrame) -> bool:
+    """Every op launched, from its own process: the launch table's streams and GPU starts are the ops' own
+    (the usual case), so the queue length takes the ops' stream order instead of sorting again."""
+    if len(launched) != len(ops) or not len(ops):
+        return False
+    a, b = ops["pid"].to_numpy(), launched["pid"].to_numpy()
+    if one_value_view(a) and one_value_view(b):
+        return bool(a[0] == b[0])
+    return bool(np.array_equal(a, b))
+
+
 def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The analyses that need the GPU ops only (no launch matching)."""
+    """The analyses that need the GPU ops only (no launch matching), but the kernel sequences."""
     comm = trace_comm_kernels(trace, ops)
     instances = collective_instances(comm)
     return {
         "temporal": temporal_breakdown(ops),
-        "sequences": kernel_sequences(ops),
         "comm_kernels": comm,
         "collectives": summarize_collectives(instances),
         "stragglers": stragglers(instances),
