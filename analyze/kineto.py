@@ -184,6 +184,9 @@ def read_kineto(path: str | Path) -> Trace:
     shapes = _cpu_ops_with_shapes(path, roles["cpu_op"])  # record_shapes traces only: for analyze/roofline.py
     if shapes is not None:
         trace.meta["cpu_ops"] = shapes
+    comm = _collective_args(roles["kernel"])  # message sizes of NCCL kernels: for analyze/collectives.py
+    if comm is not None:
+        trace.meta["collective_args"] = comm
     return trace.validated()
 
 
@@ -597,6 +600,26 @@ def _meta(path: Path, doc: dict, by_cat: dict, roles: dict, main_pid: int) -> di
         meta["rank"] = _int(dist.get("rank"))
         meta["world_size"] = _int(dist.get("world_size"))
     return meta
+
+
+# --- Collective message sizes, for the bus bandwidth of each collective (analyze/collectives.py) -----------
+
+
+def _collective_args(kernels: list[dict]) -> pd.DataFrame | None:
+    """NCCL kernels' collective args (PyTorch >= 2.1 copies record_param_comms' args onto the kernel):
+    correlation id, "Collective name", "In msg nelems", "Out msg nelems", "dtype" (c10 name, "Float"),
+    "Group size" (-1 when absent). None when no kernel carries them."""
+    rows = []
+    for e in kernels:
+        a = _args(e)
+        if "In msg nelems" in a or "Collective name" in a:
+            rows.append((_int(a.get("correlation")), str(a.get("Collective name", "")), _int(a.get("In msg nelems")),
+                         _int(a.get("Out msg nelems")), str(a.get("dtype", "")), _int(a.get("Group size"))))  # fmt: skip
+    if not rows:
+        return None
+    return pd.DataFrame(
+        rows, columns=["correlation_id", "collective", "in_nelems", "out_nelems", "dtype", "group_size"]
+    )
 
 
 # --- Operator shapes (record_shapes=True), for the per-op roofline (analyze/roofline.py) --------------------

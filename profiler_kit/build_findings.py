@@ -13,7 +13,14 @@ import pandas as pd
 
 from profiler_kit.analyze.arrays import distinct_values
 from profiler_kit.analyze.breakdown import phase_ranges
-from profiler_kit.analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
+from profiler_kit.analyze.collectives import (
+    collective_bandwidth,
+    collective_instances,
+    comm_kernels,
+    stragglers,
+    summarize_bandwidth,
+    summarize_collectives,
+)
 from profiler_kit.analyze.copies import copy_bandwidth
 from profiler_kit.analyze.findings import rank_findings
 from profiler_kit.analyze.idle import (
@@ -43,6 +50,8 @@ DIAGNOSIS_TABLES = (
     "queue",
     "sequences",
     "collectives",
+    "bandwidth",
+    "bandwidth_instances",
     "stragglers",
     "roofline",
 )
@@ -79,11 +88,14 @@ def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The analyses that need the GPU ops only (no launch matching)."""
     comm = trace_comm_kernels(trace, ops)
     instances = collective_instances(comm)
+    bandwidth = collective_bandwidth(comm)
     return {
         "temporal": temporal_breakdown(ops),
         "sequences": kernel_sequences(ops),
         "comm_kernels": comm,
         "collectives": summarize_collectives(instances),
+        "bandwidth": summarize_bandwidth(bandwidth),
+        "bandwidth_instances": bandwidth,
         "stragglers": stragglers(instances),
     }
 
@@ -103,14 +115,14 @@ def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     the trace has one, else the processes numbered as ``analyze.ranks.rank_of_pid`` numbers them."""
     from profiler_kit.analyze.ranks import rank_of_pid
 
-    rank = trace.meta.get("rank")
+    rank, args = trace.meta.get("rank"), trace.meta.get("collective_args")  # args: Kineto's message sizes
     if isinstance(rank, int) and rank >= 0:
-        return comm_kernels(ops, rank=rank)
+        return comm_kernels(ops, rank=rank, args=args)
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     pid = ops["pid"].to_numpy()
     if one_value_view(pid) or len(distinct_values(pid[is_kernel])) < 2:  # one process: no copy of the kernels
-        return comm_kernels(ops)
-    return comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]))
+        return comm_kernels(ops, args=args)
+    return comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]), args=args)
 
 
 def cross_rank_sections(results) -> list[Section]:
@@ -123,7 +135,8 @@ def cross_rank_sections(results) -> list[Section]:
         [r.tables["temporal"].assign(rank=r.meta["rank"], trace=r.label) for r in ranked], ignore_index=True
     )
     per_rank["comm_hidden_frac"] = 1 - per_rank["comm_exposed_ns"] / per_rank["comm_ns"].where(per_rank["comm_ns"] > 0)
-    instances = collective_instances(pd.concat([r.tables["comm_kernels"] for r in ranked], ignore_index=True))
+    comm = pd.concat([r.tables["comm_kernels"] for r in ranked], ignore_index=True)
+    instances = collective_instances(comm)
     cols = ["rank", "trace", "span_ns", "compute_ns", "idle_ns", "comm_ns", "comm_exposed_ns", "comm_hidden_frac"]
     sec = Section(
         "Communication across ranks",
@@ -137,6 +150,13 @@ def cross_rank_sections(results) -> list[Section]:
     if len(instances):
         sec.tables.append(Table("Collectives by name", summarize_collectives(instances), key="ranks_collectives"))
         sec.tables.append(Table("Ranks the others waited for", stragglers(instances), key="ranks_stragglers"))
+        bandwidth = collective_bandwidth(comm)
+        sec.tables.append(
+            Table(TITLES["bandwidth"], summarize_bandwidth(bandwidth), NOTES["bandwidth"], "ranks_bandwidth")
+        )
+        sec.tables.append(
+            Table(TITLES["bandwidth_instances"], bandwidth, NOTES["bandwidth_instances"], "ranks_bandwidth_instances")
+        )
     return [sec]
 
 
@@ -172,6 +192,11 @@ NOTES = {
     "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates.",
     "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
     "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
+    "bandwidth": "NCCL's bus bandwidth (nccl-tests busBw): message bytes / time x the collective's factor "
+    "(all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast, reduce, send/recv 1), over "
+    "the instances whose size the trace records (Kineto's collective args; nsys exports: not recorded, empty).",
+    "bandwidth_instances": "Per collective instance; time = after the last rank arrived when the trace holds two "
+    "ranks or more, else the kernel's time, wait for the other ranks included (a lower bound on bandwidth).",
     "stragglers": "How often each rank entered a collective last, and the others' wait then.",
     "roofline": "Ops with recorded shapes (innermost with a formula); FLOPs as torch.utils.flop_counter, bytes = "
     "inputs + output once; peaks from analyze/roofline.py GPU_PEAKS (dense datasheet figures).",
@@ -188,6 +213,8 @@ TITLES = {
     "queue": "Launch queue length per stream",
     "sequences": "Repeating kernel sequences",
     "collectives": "Collective skew by name",
+    "bandwidth": "Collective bus bandwidth by name",
+    "bandwidth_instances": "Collective bus bandwidth per instance",
     "stragglers": "Ranks the others waited for",
     "roofline": "Per-op roofline",
 }
