@@ -184,6 +184,7 @@ def read_kineto(path: str | Path) -> Trace:
     shapes = _cpu_ops_with_shapes(path, roles["cpu_op"])  # record_shapes traces only: for analyze/roofline.py
     if shapes is not None:
         trace.meta["cpu_ops"] = shapes
+    trace.meta["cpu_op_ranges"] = _cpu_op_ranges(path, roles["cpu_op"])  # the ops that launched kernels
     comm = _collective_args(roles["kernel"])  # message sizes of NCCL kernels: for analyze/collectives.py
     if comm is not None:
         trace.meta["collective_args"] = comm
@@ -600,6 +601,22 @@ def _meta(path: Path, doc: dict, by_cat: dict, roles: dict, main_pid: int) -> di
         meta["rank"] = _int(dist.get("rank"))
         meta["world_size"] = _int(dist.get("world_size"))
     return meta
+
+
+def _cpu_op_ranges(path: Path, cpu_ops: list[dict]) -> pd.DataFrame:
+    """Complete cpu_op events as ranges (name, start_ns, end_ns, pid, tid): the operators whose runtime calls
+    launched kernels (analyze/sequences.py names the ops behind a repeating kernel sequence)."""
+    events = [e for e in cpu_ops if e.get("ph") == "X"]
+    start, dur = _event_times(path, events, "cpu_op")
+    return pd.DataFrame(
+        {
+            "name": [str(e.get("name", "")) for e in events],
+            "start_ns": start,
+            "end_ns": start + dur,
+            "pid": _ints(e.get("pid") for e in events),
+            "tid": _ints(e.get("tid") for e in events),
+        }
+    )
 
 
 # --- Collective message sizes, for the bus bandwidth of each collective (analyze/collectives.py) -----------

@@ -33,7 +33,7 @@ from profiler_kit.analyze.idle import (
 )
 from profiler_kit.analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
 from profiler_kit.analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
-from profiler_kit.analyze.sequences import kernel_sequences
+from profiler_kit.analyze.sequences import kernel_sequences, launch_ranges
 from profiler_kit.analyze.tables import Trace, one_value_view
 from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
@@ -91,7 +91,9 @@ def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
     bandwidth = collective_bandwidth(comm)
     return {
         "temporal": temporal_breakdown(ops),
-        "sequences": kernel_sequences(ops),
+        "sequences": kernel_sequences(
+            ops, runtime=trace.runtime, ranges=launch_ranges(trace.meta.get("cpu_op_ranges"), trace.nvtx)
+        ),
         "comm_kernels": comm,
         "collectives": summarize_collectives(instances),
         "bandwidth": summarize_bandwidth(bandwidth),
@@ -189,7 +191,10 @@ NOTES = {
     "copies": "Bandwidth while copying (bytes / copy time); ceiling = best single copy of >= 1 MiB in this trace.",
     "queue": "Ops launched and not yet started per stream (HTA queue length); full = time at >= 1024 queued ops, "
     "when the host's next launch blocks.",
-    "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates.",
+    "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates. "
+    "launched_by: the innermost op or range open at each kernel's launch; op_stack: the outer part of the op "
+    "stacks at the launches that all kernels of the sequence share, outermost first, '-' when none (most common "
+    "over up to 16 occurrences; op_stack_frac: their share).",
     "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
     "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
     "bandwidth": "NCCL's bus bandwidth (nccl-tests busBw): message bytes / time x the collective's factor "
