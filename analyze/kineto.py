@@ -643,8 +643,8 @@ def _collective_args(kernels: list[dict]) -> pd.DataFrame | None:
 
 
 def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None:
-    """Complete cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims and input_types (JSON
-    text, as recorded: one entry per argument, [] for scalars). None when the trace was made without shapes."""
+    """Complete cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims, input_types and
+    concrete_inputs (JSON text, as recorded: one entry per argument, [] for scalars; null when absent). None when the trace was made without shapes."""
     events = [e for e in cpu_ops if e.get("ph") == "X" and "Input Dims" in _args(e)]
     if not events:
         return None
@@ -658,5 +658,7 @@ def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None
             "tid": _ints(e.get("tid") for e in events),
             "input_dims": [json.dumps(_args(e).get("Input Dims")) for e in events],
             "input_types": [json.dumps(_args(e).get("Input type")) for e in events],
+            # scalar and list arguments as text ("[2, 2]" for a stride), torch >= 2.1: convolution output sizes
+            "concrete_inputs": [json.dumps(_args(e).get("Concrete Inputs")) for e in events],
         }
     )

@@ -32,7 +32,14 @@ from profiler_kit.analyze.idle import (
     temporal_by_step,
 )
 from profiler_kit.analyze.launches import launch_phases, launch_table, queue_length, short_excess, summarize_launches
-from profiler_kit.analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
+from profiler_kit.analyze.roofline import (
+    ROOFLINE_COLUMNS,
+    calibrated_peaks,
+    gpu_peaks,
+    op_gpu_time,
+    peaks_table,
+    summarize_roofline,
+)
 from profiler_kit.analyze.sequences import kernel_sequences, launch_ranges
 from profiler_kit.analyze.tables import Trace, one_value_view
 from profiler_kit.render.units import compact_name
@@ -54,6 +61,7 @@ DIAGNOSIS_TABLES = (
     "bandwidth_instances",
     "stragglers",
     "roofline",
+    "roofline_peaks",
 )
 
 
@@ -75,7 +83,7 @@ def diagnose(trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = 
             "launch_calls": summarize_launches(launched),
             "launch_phases": launch_phases(launched, phase_ranges(trace.nvtx)),
             "copies": copy_bandwidth(trace.memops),
-            "roofline": roofline(trace, ops),
+            **roofline(trace, ops),
         }
         out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
         out |= side_ops.result()
@@ -102,14 +110,61 @@ def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
     }
 
 
-def roofline(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
-    """The per-op roofline when the trace recorded shapes (Kineto record_shapes=True), else no rows."""
+def roofline(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The per-op roofline when the trace recorded shapes (Kineto record_shapes=True), else no rows; and the
+    peaks it was judged against, with their sources (``roofline_peaks``)."""
     cpu = trace.meta.get("cpu_ops")
     if cpu is None:
-        return pd.DataFrame(columns=ROOFLINE_COLUMNS)
+        return {"roofline": pd.DataFrame(columns=ROOFLINE_COLUMNS), "roofline_peaks": peaks_table(None)}
+    peaks = trace_peaks(trace)
+    return {
+        "roofline": summarize_roofline(cpu, op_gpu_time(cpu, trace.runtime, ops), peaks),
+        "roofline_peaks": peaks_table(peaks),
+    }
+
+
+def trace_peaks(trace: Trace) -> dict | None:
+    """This GPU's peaks: measured by ``record --calibrate`` when the trace's run folder (or the record folder
+    above it) holds them, else the published figures for the GPU's name (analyze/roofline.py GPU_PEAKS)."""
     names = trace.gpus["name"].astype(str).tolist()
-    peaks = gpu_peaks(names[0]) if names else None
-    return summarize_roofline(cpu, op_gpu_time(cpu, trace.runtime, ops), peaks)
+    source = trace.meta.get("source")
+    cal, where = find_trace_calibration(source, names[0] if names else None) if source else (None, "")
+    published = gpu_peaks(names[0] if names else (cal or {}).get("device", ""))
+    return (calibrated_peaks(cal, where, published) if cal else None) or published
+
+
+def find_trace_calibration(source: str, device: str | None) -> tuple[dict | None, str]:
+    """(calibration, where) for a trace at ``source`` from profiler_kit.run's layout: run.json's
+    ``calibration`` beside the trace, else calibration.json beside it or in the record folder above it.
+    Only a calibration of the trace's GPU (run.json's gpu when the trace names none) counts; unreadable
+    files are passed over (the published figures are used)."""
+    from pathlib import Path
+
+    from profiler_kit.analyze.errors import InputError
+    from profiler_kit.analyze.results import CALIBRATION_FIELDS, RUN_FIELDS, read_json_fields
+
+    fields = {k: RUN_FIELDS[k] for k in ("gpu?", "calibration?")}  # all this needs of a run.json
+    from profiler_kit.run import CALIBRATION_FILE
+
+    folder = Path(source).parent
+    run_json = folder / "run.json"
+    try:
+        run = read_json_fields(run_json, fields) if run_json.is_file() else {}
+    except InputError:
+        run = {}
+    device = device or (run.get("gpu") or {}).get("name")
+    if not device:
+        return None, ""
+    if (run.get("calibration") or {}).get("device") == device:
+        return run["calibration"], str(run_json)
+    for f in (folder / CALIBRATION_FILE, folder.parent / CALIBRATION_FILE):
+        try:
+            cal = read_json_fields(f, CALIBRATION_FIELDS) if f.is_file() else None
+        except InputError:
+            cal = None
+        if cal and cal.get("device") == device:
+            return cal, str(f)
+    return None, ""
 
 
 def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
@@ -204,7 +259,9 @@ NOTES = {
     "ranks or more, else the kernel's time, wait for the other ranks included (a lower bound on bandwidth).",
     "stragglers": "How often each rank entered a collective last, and the others' wait then.",
     "roofline": "Ops with recorded shapes (innermost with a formula); FLOPs as torch.utils.flop_counter, bytes = "
-    "inputs + output once; peaks from analyze/roofline.py GPU_PEAKS (dense datasheet figures).",
+    "inputs + output once; against the peaks in the next table.",
+    "roofline_peaks": "Measured by record --calibrate (calibration.json in the run folder) where the run has it, "
+    "else the vendor's published dense figure for this GPU (analyze/roofline.py GPU_PEAKS).",
 }
 TITLES = {
     "findings": "Findings",
@@ -222,6 +279,7 @@ TITLES = {
     "bandwidth_instances": "Collective bus bandwidth per instance",
     "stragglers": "Ranks the others waited for",
     "roofline": "Per-op roofline",
+    "roofline_peaks": "Roofline peaks and their sources",
 }
 
 
