@@ -27,10 +27,11 @@ import re
 import numpy as np
 import pandas as pd
 
-COMM_COLUMNS = ["rank", "name", "start_ns", "end_ns", "collective", "bytes", "group_size"]
+COMM_COLUMNS = ["rank", "name", "start_ns", "end_ns", "collective", "bytes", "group_size", "step"]
 INSTANCE_COLUMNS = [
     "name",
     "instance",
+    "step",
     "ranks",
     "first_start_ns",
     "skew_ns",
@@ -150,8 +151,33 @@ def comm_kernels(
             "collective": kind,
             "bytes": nbytes,
             "group_size": group,
+            "step": "",
         }
     )
+
+
+def launch_steps(ops: pd.DataFrame, runtime: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """The step (label) during which each row of ``ops`` was launched, "" when none: its runtime call (pid and
+    correlation id, first runtime row wins) inside one of ``steps`` (``analyze.idle.step_ranges``) of its pid.
+    A step name used once per process is its label (ProfilerStep#4); a repeated one is numbered ("step #2")."""
+    out = np.full(len(ops), "", dtype=object)
+    if ops.empty or runtime.empty or steps.empty:
+        return out
+    corr = np.broadcast_to(ops["correlation_id"].to_numpy(), len(ops))
+    pid = np.broadcast_to(ops["pid"].to_numpy(), len(ops))
+    rt = runtime[np.isin(runtime["correlation_id"].to_numpy(), corr)].drop_duplicates(["pid", "correlation_id"])
+    at = pd.MultiIndex.from_frame(rt[["pid", "correlation_id"]]).get_indexer(pd.MultiIndex.from_arrays([pid, corr]))
+    t = np.where(at >= 0, rt["start_ns"].to_numpy()[np.maximum(at, 0)] if len(rt) else 0, -1)
+    for p, g in steps.groupby("pid", sort=False):
+        g = g.sort_values("start_ns", kind="stable")
+        names = g["name"].astype(str)
+        seen = names.groupby(names).cumcount() + 1
+        label = np.where(names.map(names.value_counts()) > 1, names + " #" + seen.astype(str), names)
+        mine = np.flatnonzero((pid == p) & (at >= 0))
+        i = np.searchsorted(g["start_ns"].to_numpy(), t[mine], "right") - 1
+        inside = (i >= 0) & (t[mine] < g["end_ns"].to_numpy()[np.maximum(i, 0)])
+        out[mine[inside]] = label[i[inside]]
+    return out
 
 
 def collective_instances(comm: pd.DataFrame) -> pd.DataFrame:
@@ -195,9 +221,8 @@ def collective_bandwidth(comm: pd.DataFrame) -> pd.DataFrame:
 def _instances(comm: pd.DataFrame) -> pd.DataFrame:
     """Every instance (k-th kernel of a name on each rank), with the instance columns, bytes, collective,
     recorded group size and the duration of its (first) kernel."""
-    comm = comm.assign(
-        **{c: v for c, v in (("collective", ""), ("bytes", np.nan), ("group_size", -1)) if c not in comm}
-    )
+    defaults = (("collective", ""), ("bytes", np.nan), ("group_size", -1), ("step", ""))
+    comm = comm.assign(**{c: v for c, v in defaults if c not in comm})
     df = comm.sort_values(["rank", "name", "start_ns"], kind="stable").reset_index(drop=True)
     df = df.assign(instance=df.groupby(["rank", "name"], sort=False).cumcount())
     g = df.groupby(["name", "instance"], sort=False)
@@ -216,6 +241,7 @@ def _instances(comm: pd.DataFrame) -> pd.DataFrame:
             "collective": g["collective"].first(),
             "bytes": g["bytes"].max(),
             "group_size": g["group_size"].max(),
+            "step": g["step"].max(),  # the step it was launched in ("" on every rank: none)
         }
     ).reset_index()
     return out
@@ -263,6 +289,35 @@ def summarize_bandwidth(bandwidth: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     out["busbw_gb_per_s"] = out["bus_bytes"] / out["known_ns"].where(out["known_ns"] > 0)  # instances with bytes
     return out.sort_values("time_ns", ascending=False, kind="stable").reset_index(drop=True)[cols]
+
+
+STEP_STRAGGLER_COLUMNS = ["step", "collectives", "slowest_rank", "arrived_last", "others_waited_ns", "skew_max_ns"]
+
+
+def slowest_rank_by_step(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per step (the step the collectives were launched in): the rank the others waited for longest, how
+    many of the step's collectives it entered last and how long the others waited for it then
+    (STEP_STRAGGLER_COLUMNS), in step order. Instances launched outside every step are left out."""
+    inst = instances[instances["step"].astype(str) != ""] if "step" in instances else instances.iloc[:0]
+    if inst.empty:
+        return pd.DataFrame(columns=STEP_STRAGGLER_COLUMNS)
+    first = inst.groupby("step", sort=False)["first_start_ns"].min().sort_values(kind="stable")
+    per = inst.groupby(["step", "last_rank"], sort=False).agg(
+        arrived_last=("wait_ns", "size"), waited=("wait_ns", "sum")
+    )
+    per = per.reset_index().sort_values(["step", "waited", "last_rank"], ascending=[True, False, True], kind="stable")
+    top = per.drop_duplicates("step").set_index("step")
+    g = inst.groupby("step", sort=False)
+    out = pd.DataFrame(
+        {
+            "collectives": g.size(),
+            "slowest_rank": top["last_rank"],
+            "arrived_last": top["arrived_last"],
+            "others_waited_ns": top["waited"],
+            "skew_max_ns": g["skew_ns"].max(),
+        }
+    ).reindex(first.index)
+    return out.rename_axis("step").reset_index()[STEP_STRAGGLER_COLUMNS]
 
 
 def summarize_collectives(instances: pd.DataFrame) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pandas as pd
 
 from profiler_kit.analyze.arrays import distinct_values
@@ -17,6 +18,8 @@ from profiler_kit.analyze.collectives import (
     collective_bandwidth,
     collective_instances,
     comm_kernels,
+    launch_steps,
+    slowest_rank_by_step,
     stragglers,
     summarize_bandwidth,
     summarize_collectives,
@@ -60,6 +63,7 @@ DIAGNOSIS_TABLES = (
     "bandwidth",
     "bandwidth_instances",
     "stragglers",
+    "stragglers_by_step",
     "roofline",
     "roofline_peaks",
 )
@@ -107,6 +111,7 @@ def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
         "bandwidth": summarize_bandwidth(bandwidth),
         "bandwidth_instances": bandwidth,
         "stragglers": stragglers(instances),
+        "stragglers_by_step": slowest_rank_by_step(instances),
     }
 
 
@@ -173,13 +178,19 @@ def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     from profiler_kit.analyze.ranks import rank_of_pid
 
     rank, args = trace.meta.get("rank"), trace.meta.get("collective_args")  # args: Kineto's message sizes
-    if isinstance(rank, int) and rank >= 0:
-        return comm_kernels(ops, rank=rank, args=args)
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     pid = ops["pid"].to_numpy()
-    if one_value_view(pid) or len(distinct_values(pid[is_kernel])) < 2:  # one process: no copy of the kernels
-        return comm_kernels(ops, args=args)
-    return comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]), args=args)
+    if isinstance(rank, int) and rank >= 0:
+        comm = comm_kernels(ops, rank=rank, args=args)
+    elif one_value_view(pid) or len(distinct_values(pid[is_kernel])) < 2:  # one process: no copy of the kernels
+        comm = comm_kernels(ops, args=args)
+    else:
+        comm = comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]), args=args)
+    steps = step_ranges(trace.nvtx)
+    if len(comm) and len(steps):  # the step each collective was launched in, for the slowest rank per step
+        in_comm = np.asarray(ops["category"] == "communication", dtype=bool) & is_kernel
+        comm["step"] = launch_steps(ops[in_comm], trace.runtime, steps)
+    return comm
 
 
 def cross_rank_sections(results) -> list[Section]:
@@ -207,6 +218,14 @@ def cross_rank_sections(results) -> list[Section]:
     if len(instances):
         sec.tables.append(Table("Collectives by name", summarize_collectives(instances), key="ranks_collectives"))
         sec.tables.append(Table("Ranks the others waited for", stragglers(instances), key="ranks_stragglers"))
+        sec.tables.append(
+            Table(
+                TITLES["stragglers_by_step"],
+                slowest_rank_by_step(instances),
+                NOTES["stragglers_by_step"],
+                "ranks_stragglers_by_step",
+            )
+        )
         bandwidth = collective_bandwidth(comm)
         sec.tables.append(
             Table(TITLES["bandwidth"], summarize_bandwidth(bandwidth), NOTES["bandwidth"], "ranks_bandwidth")
@@ -258,6 +277,8 @@ NOTES = {
     "bandwidth_instances": "Per collective instance; time = after the last rank arrived when the trace holds two "
     "ranks or more, else the kernel's time, wait for the other ranks included (a lower bound on bandwidth).",
     "stragglers": "How often each rank entered a collective last, and the others' wait then.",
+    "stragglers_by_step": "Per step (ProfilerStep#N or NVTX 'step' open when the collective was launched): the rank "
+    "the others waited for longest in its collectives (HTA get_potential_stragglers' per-iteration question).",
     "roofline": "Ops with recorded shapes (innermost with a formula); FLOPs as torch.utils.flop_counter, bytes = "
     "inputs + output once; against the peaks in the next table.",
     "roofline_peaks": "Measured by record --calibrate (calibration.json in the run folder) where the run has it, "
@@ -278,6 +299,7 @@ TITLES = {
     "bandwidth": "Collective bus bandwidth by name",
     "bandwidth_instances": "Collective bus bandwidth per instance",
     "stragglers": "Ranks the others waited for",
+    "stragglers_by_step": "Slowest rank per step",
     "roofline": "Per-op roofline",
     "roofline_peaks": "Roofline peaks and their sources",
 }
