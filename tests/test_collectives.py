@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -138,3 +139,27 @@ def test_bandwidth_of_an_nsys_export_is_not_recorded():
     assert two["time_ns"].sum() == inst["after_last_ns"].sum()
     assert (bw["bytes_source"] == "not recorded").all() and bw["busbw_gb_per_s"].isna().all()
     assert set(bw["collective"]) == {"all_reduce", "broadcast"}
+
+
+HTA_OVERLAP = json.loads((Path(__file__).parent / "data" / "hta" / "hta_figures.json").read_text())["overlap_sequences"]
+
+
+@pytest.mark.parametrize(
+    "name", [n for n, v in HTA_OVERLAP["traces"].items() if "comm_comp_overlap" in v], ids=lambda n: n[:40]
+)
+def test_comm_hidden_share_matches_hta_overlap(name):
+    """HTA get_comm_comp_overlap = time communication kernels run under compute kernels / communication
+    time; ours is 1 - exposed / communication time of the temporal breakdown: equal (HTA rounds to 0.01%;
+    both NaN without communication)."""
+    from profiler_kit.analyze.idle import temporal_breakdown
+
+    path = SHARED_DATA / "kineto" / name
+    if not path.exists():
+        pytest.skip("../shared/data absent")
+    (hta,) = HTA_OVERLAP["traces"][name]["comm_comp_overlap"]
+    row = temporal_breakdown(gpu_ops(read_kineto(path))).iloc[0]
+    ours = 100 * (1 - row["comm_exposed_ns"] / row["comm_ns"]) if row["comm_ns"] > 0 else float("nan")
+    if np.isnan(hta["comp_comm_overlap_pctg"]):
+        assert np.isnan(ours)
+    else:
+        assert round(ours, 2) == hta["comp_comm_overlap_pctg"]

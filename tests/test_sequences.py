@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -155,3 +156,31 @@ def test_launchers_on_a_real_trace_against_the_raw_json():
     assert times / sum(named.values()) > 0.5  # a clear mode: a sample of 16 finds it
     assert top["launched_by"] == mode
     assert np.isfinite(top["op_stack_frac"])
+
+
+HTA_SEQ = json.loads((Path(__file__).parent / "data" / "hta" / "hta_figures.json").read_text())["overlap_sequences"]
+
+
+@pytest.mark.parametrize(
+    "name", [n for n, v in HTA_SEQ["traces"].items() if v.get("kernel_sequences_top")], ids=lambda n: n[:40]
+)
+def test_matches_hta_frequent_sequences(name):
+    """HTA's top pattern ("aten::" roots: the shallowest op and every kernel launched under it) is one of our
+    sequences of its length: the same count and GPU time, and its root op closes our op stack."""
+    path = SHARED_DATA / "kineto" / name
+    if not path.exists():
+        pytest.skip("../shared/data absent")
+    top = HTA_SEQ["traces"][name]["kernel_sequences_top"][0]
+    root, *kernels = top["pattern"].split("|")
+    trace = read_kineto(path)
+    ours = kernel_sequences(
+        gpu_ops(trace),
+        lengths=(len(kernels),),
+        top=100_000,
+        runtime=trace.runtime,
+        ranges=launch_ranges(trace.meta["cpu_op_ranges"], trace.nvtx),
+    ).set_index("sequence")
+    row = ours.loc[" -> ".join(kernels)]
+    assert row["occurrences"] == top["count"]
+    assert row["total_ns"] == round(top["gpu_us"] * 1000)
+    assert row["op_stack"].split(" > ")[-1] == root
