@@ -165,7 +165,9 @@ def launch_steps(ops: pd.DataFrame, runtime: pd.DataFrame, steps: pd.DataFrame) 
         return out
     corr = np.broadcast_to(ops["correlation_id"].to_numpy(), len(ops))
     pid = np.broadcast_to(ops["pid"].to_numpy(), len(ops))
-    rt = runtime[np.isin(runtime["correlation_id"].to_numpy(), corr)].drop_duplicates(["pid", "correlation_id"])
+    from profiler_kit.analyze.sequences import rows_with
+
+    rt = runtime[rows_with(runtime["correlation_id"].to_numpy(), corr)].drop_duplicates(["pid", "correlation_id"])
     at = pd.MultiIndex.from_frame(rt[["pid", "correlation_id"]]).get_indexer(pd.MultiIndex.from_arrays([pid, corr]))
     t = np.where(at >= 0, rt["start_ns"].to_numpy()[np.maximum(at, 0)] if len(rt) else 0, -1)
     for p, g in steps.groupby("pid", sort=False):

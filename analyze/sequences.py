@@ -24,7 +24,7 @@ from profiler_kit.analyze.idle import stream_order
 
 SEQUENCE_COLUMNS = ["length", "sequence", "occurrences", "total_ns", "share_frac", "kernels_ns_each"]
 LAUNCHER_COLUMNS = ["launched_by", "op_stack", "op_stack_frac"]
-SAMPLE_OCCURRENCES = 16
+SAMPLE_OCCURRENCES = 8
 STEP_RANGE = re.compile(r"^ProfilerStep#\d+$")
 NO_RANGE = "-"  # launched outside every range
 
@@ -74,6 +74,13 @@ def kernel_sequences(
         best = np.argsort(-time, kind="stable")[:top]
         where = np.full(len(count), -1)
         where[key[::-1]] = first[::-1]  # first occurrence of each key
+        if attribute:  # the window starts of the best keys, grouped by key: one pass, not one per key
+            wanted = np.zeros(len(count), dtype=bool)
+            wanted[best] = True
+            mine = np.flatnonzero(wanted[key])
+            mine = mine[np.argsort(key[mine], kind="stable")]
+            bounds = np.searchsorted(key[mine], best[np.argsort(best)])
+            starts_of = dict(zip(np.sort(best).tolist(), np.split(first[mine], bounds[1:]), strict=True))
         for k in best:
             if count[k] < 2:
                 continue
@@ -83,7 +90,7 @@ def kernel_sequences(
                 [n, seq, int(count[k]), int(time[k]), time[k] / all_ns if all_ns else np.nan, time[k] / count[k]]
             )
             if attribute:
-                starts = first[key == k]
+                starts = starts_of[int(k)]
                 starts = starts[np.unique(np.linspace(0, len(starts) - 1, SAMPLE_OCCURRENCES).round().astype(int))]
                 samples.append(kernel_rows[starts[:, None] + np.arange(n)])  # ops rows: occurrence x position
     out = pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
@@ -115,7 +122,7 @@ def launch_stacks(ops: pd.DataFrame, runtime: pd.DataFrame, ranges: pd.DataFrame
     runtime row wins, as analyze.projection.launches)."""
     corr = np.broadcast_to(ops["correlation_id"].to_numpy(), len(ops))[rows]
     pid = np.broadcast_to(ops["pid"].to_numpy(), len(ops))[rows]
-    rt = runtime[np.isin(runtime["correlation_id"].to_numpy(), corr)].drop_duplicates(["pid", "correlation_id"])
+    rt = runtime[rows_with(runtime["correlation_id"].to_numpy(), corr)].drop_duplicates(["pid", "correlation_id"])
     at = pd.MultiIndex.from_frame(rt[["pid", "correlation_id"]]).get_indexer(pd.MultiIndex.from_arrays([pid, corr]))
     call_pid, call_tid, call_start = (rt[c].to_numpy() for c in ("pid", "tid", "start_ns"))
     threads = {}
@@ -132,6 +139,18 @@ def launch_stacks(ops: pd.DataFrame, runtime: pd.DataFrame, ranges: pd.DataFrame
         open_ = np.flatnonzero(r_end[: np.searchsorted(r_start, ts, "right")] > ts)  # started by the call, not ended
         out.append(tuple(r_name[open_[np.lexsort((-r_end[open_], r_start[open_]))]]))  # outermost first
     return out
+
+
+def rows_with(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``np.isin(values, wanted)`` for a few wanted ids among many values: one gather from a lookup table
+    when the ids are small non-negative ints (correlation ids), else np.isin."""
+    if len(values) and len(wanted) and values.dtype.kind in "iu":
+        lo, hi = int(values.min()), int(values.max())
+        if lo >= 0 and hi < 32 * len(values) + (1 << 20):  # a table of at most ~32 bytes per value
+            table = np.zeros(hi + 1, dtype=bool)
+            table[wanted[(wanted >= 0) & (wanted <= hi)]] = True
+            return table[values]
+    return np.isin(values, wanted)
 
 
 def _most_common(stacks: list, shape: tuple) -> tuple:

@@ -268,7 +268,7 @@ NOTES = {
     "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates. "
     "launched_by: the innermost op or range open at each kernel's launch; op_stack: the outer part of the op "
     "stacks at the launches that all kernels of the sequence share, outermost first, '-' when none (most common "
-    "over up to 16 occurrences; op_stack_frac: their share).",
+    "over up to 8 occurrences; op_stack_frac: their share).",
     "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
     "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
     "bandwidth": "NCCL's bus bandwidth (nccl-tests busBw): message bytes / time x the collective's factor "
