@@ -184,6 +184,10 @@ def read_kineto(path: str | Path) -> Trace:
     shapes = _cpu_ops_with_shapes(path, roles["cpu_op"])  # record_shapes traces only: for analyze/roofline.py
     if shapes is not None:
         trace.meta["cpu_ops"] = shapes
+    trace.meta["cpu_op_ranges"] = _cpu_op_ranges(path, roles["cpu_op"])  # the ops that launched kernels
+    comm = _collective_args(roles["kernel"])  # message sizes of NCCL kernels: for analyze/collectives.py
+    if comm is not None:
+        trace.meta["collective_args"] = comm
     return trace.validated()
 
 
@@ -599,12 +603,48 @@ def _meta(path: Path, doc: dict, by_cat: dict, roles: dict, main_pid: int) -> di
     return meta
 
 
+def _cpu_op_ranges(path: Path, cpu_ops: list[dict]) -> pd.DataFrame:
+    """Complete cpu_op events as ranges (name, start_ns, end_ns, pid, tid): the operators whose runtime calls
+    launched kernels (analyze/sequences.py names the ops behind a repeating kernel sequence)."""
+    events = [e for e in cpu_ops if e.get("ph") == "X"]
+    start, dur = _event_times(path, events, "cpu_op")
+    return pd.DataFrame(
+        {
+            "name": [str(e.get("name", "")) for e in events],
+            "start_ns": start,
+            "end_ns": start + dur,
+            "pid": _ints(e.get("pid") for e in events),
+            "tid": _ints(e.get("tid") for e in events),
+        }
+    )
+
+
+# --- Collective message sizes, for the bus bandwidth of each collective (analyze/collectives.py) -----------
+
+
+def _collective_args(kernels: list[dict]) -> pd.DataFrame | None:
+    """NCCL kernels' collective args (PyTorch >= 2.1 copies record_param_comms' args onto the kernel):
+    correlation id, "Collective name", "In msg nelems", "Out msg nelems", "dtype" (c10 name, "Float"),
+    "Group size" (-1 when absent). None when no kernel carries them."""
+    rows = []
+    for e in kernels:
+        a = _args(e)
+        if "In msg nelems" in a or "Collective name" in a:
+            rows.append((_int(a.get("correlation")), str(a.get("Collective name", "")), _int(a.get("In msg nelems")),
+                         _int(a.get("Out msg nelems")), str(a.get("dtype", "")), _int(a.get("Group size"))))  # fmt: skip
+    if not rows:
+        return None
+    return pd.DataFrame(
+        rows, columns=["correlation_id", "collective", "in_nelems", "out_nelems", "dtype", "group_size"]
+    )
+
+
 # --- Operator shapes (record_shapes=True), for the per-op roofline (analyze/roofline.py) --------------------
 
 
 def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None:
-    """Complete cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims and input_types (JSON
-    text, as recorded: one entry per argument, [] for scalars). None when the trace was made without shapes."""
+    """Complete cpu_op events that carry "Input Dims": name, times, pid, tid, input_dims, input_types and
+    concrete_inputs (JSON text, as recorded: one entry per argument, [] for scalars; null when absent). None when the trace was made without shapes."""
     events = [e for e in cpu_ops if e.get("ph") == "X" and "Input Dims" in _args(e)]
     if not events:
         return None
@@ -618,5 +658,7 @@ def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None
             "tid": _ints(e.get("tid") for e in events),
             "input_dims": [json.dumps(_args(e).get("Input Dims")) for e in events],
             "input_types": [json.dumps(_args(e).get("Input type")) for e in events],
+            # scalar and list arguments as text ("[2, 2]" for a stride), torch >= 2.1: convolution output sizes
+            "concrete_inputs": [json.dumps(_args(e).get("Concrete Inputs")) for e in events],
         }
     )

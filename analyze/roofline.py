@@ -10,7 +10,10 @@ the time of the kernels launched by the runtime calls made inside it on its thre
 Achieved TFLOP/s = FLOPs / GPU time; arithmetic intensity = FLOPs / bytes. The op is compute-bound when
 its intensity is above the ridge point (peak FLOP/s / peak bytes/s), else memory-bound; ``of_roof_frac``
 is achieved over what the roofline allows at that intensity. Peaks: GPU_PEAKS, published dense (no
-sparsity) figures from the vendors' datasheets, by precision.
+sparsity) figures from the vendors' datasheets, by precision, or this GPU's own ceilings measured by
+``record --calibrate`` (``calibrated_peaks``); ``peaks_table`` says which figure came from where.
+Convolutions (CONV_ARGS) need the stride, padding and dilation Kineto records as "Concrete Inputs"
+(torch >= 2.1); without them a convolution has no row.
 """
 
 from __future__ import annotations
@@ -38,30 +41,73 @@ DTYPE_BYTES = {
 }
 PRECISION = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
 
-# name pattern, dense TFLOP/s by precision (fp32 = non-tensor FP32; tf32 = tensor core), memory TB/s.
-# Sources: NVIDIA H100/H200/A100/V100/L4/A10 datasheets, RTX 4090 (Ada) whitepaper, AMD MI300X/MI250X specs.
+# name pattern, dense TFLOP/s by precision (fp32 = non-tensor FP32; tf32 = tensor core), memory TB/s, source.
+# Figures are the vendors' published dense (no sparsity) peaks at boost clock; fp64 is taken as fp32 / 2.
 GPU_PEAKS = (
-    # pattern                 bf16     fp16     tf32    fp32   TB/s
-    (r"H200", 989.4, 989.4, 494.7, 66.9, 4.8),
-    (r"H100.*(SXM|HBM3)", 989.4, 989.4, 494.7, 66.9, 3.35),
-    (r"H100", 756.0, 756.0, 378.0, 51.2, 2.0),  # PCIe
-    (r"A100.*80GB|A100-SXM4-80", 312.0, 312.0, 156.0, 19.5, 2.039),
-    (r"A100", 312.0, 312.0, 156.0, 19.5, 1.555),
-    (r"V100", 125.0, 125.0, 15.7, 15.7, 0.9),  # no bf16/tf32 tensor cores: bf16 runs as fp16, tf32 as fp32
-    (r"L4\b", 121.0, 121.0, 60.0, 30.3, 0.3),
-    (r"A10\b", 125.0, 125.0, 62.5, 31.2, 0.6),
-    (r"RTX 4090", 165.2, 165.2, 82.6, 82.6, 1.008),
-    (r"MI300X", 1307.4, 1307.4, 653.7, 163.4, 5.3),
-    (r"MI250X", 383.0, 383.0, 95.7, 95.7, 3.2),
+    # pattern                 bf16     fp16     tf32    fp32   TB/s   source
+    (r"H200", 989.4, 989.4, 494.7, 66.9, 4.8, "NVIDIA H200 datasheet (SXM)"),
+    (r"H100.*(SXM|HBM3)", 989.4, 989.4, 494.7, 66.9, 3.35, "NVIDIA H100 datasheet (SXM)"),
+    (r"H100", 756.0, 756.0, 378.0, 51.2, 2.0, "NVIDIA H100 datasheet (PCIe)"),
+    (r"A100.*80GB|A100-SXM4-80", 312.0, 312.0, 156.0, 19.5, 2.039, "NVIDIA A100 datasheet (80GB SXM)"),
+    (r"A100", 312.0, 312.0, 156.0, 19.5, 1.555, "NVIDIA A100 datasheet (40GB)"),
+    # no bf16/tf32 tensor cores: bf16 runs as fp16, tf32 as fp32
+    (r"V100", 125.0, 125.0, 15.7, 15.7, 0.9, "NVIDIA V100 datasheet (SXM2)"),
+    (r"L4\b", 121.0, 121.0, 60.0, 30.3, 0.3, "NVIDIA L4 datasheet"),
+    (r"A10\b", 125.0, 125.0, 62.5, 31.2, 0.6, "NVIDIA A10 datasheet"),
+    (r"RTX 4090", 165.2, 165.2, 82.6, 82.6, 1.008, "NVIDIA Ada (RTX 4090) architecture whitepaper"),
+    (r"MI300X", 1307.4, 1307.4, 653.7, 163.4, 5.3, "AMD Instinct MI300X data sheet"),
+    (r"MI250X", 383.0, 383.0, 95.7, 95.7, 3.2, "AMD Instinct MI250X data sheet"),
 )
+PEAK_FIGURES = ("bf16", "fp16", "tf32", "fp32", "fp64")  # the precisions a peaks dict holds, with tb_per_s
 
 
 def gpu_peaks(gpu_name: str) -> dict | None:
-    """Peak TFLOP/s by precision and TB/s for a GPU name (first matching row of GPU_PEAKS), or None."""
-    for pattern, bf16, fp16, tf32, fp32, tbs in GPU_PEAKS:
+    """Published peak TFLOP/s by precision and TB/s for a GPU name (first matching row of GPU_PEAKS), or None.
+
+    ``sources`` says where each figure came from (the table row's datasheet)."""
+    for pattern, bf16, fp16, tf32, fp32, tbs, source in GPU_PEAKS:
         if re.search(pattern, gpu_name):
-            return {"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32, "fp64": fp32 / 2, "tb_per_s": tbs}
+            peaks = {"bf16": bf16, "fp16": fp16, "tf32": tf32, "fp32": fp32, "fp64": fp32 / 2, "tb_per_s": tbs}
+            sources = {k: f"published: {source}" for k in peaks} | {"fp64": f"published: {source} fp32 / 2"}
+            return peaks | {"sources": sources}
     return None
+
+
+def calibrated_peaks(calibration: dict, where: str, published: dict | None = None) -> dict | None:
+    """Peaks measured by ``record --calibrate`` (workloads/calibrate.py's calibration.json: ``gemm[dtype].tflops``
+    for an n x n x n matmul per dtype, ``copy.bytes_per_s`` for a device-to-device copy, read + write bytes),
+    ``where`` naming the file; figures it lacks (fp64, a dtype not measured) from ``published``. None when
+    the calibration holds no GEMM figure."""
+    gemm = calibration.get("gemm") or {}
+    peaks, sources = {}, {}
+    for dtype in PEAK_FIGURES:
+        tflops = (gemm.get(dtype) or {}).get("tflops")
+        if isinstance(tflops, (int, float)) and tflops > 0:
+            n = (gemm.get(dtype) or {}).get("n", "?")
+            peaks[dtype], sources[dtype] = float(tflops), f"measured: {where} ({n}^3 {dtype} matmul, median)"
+    rate = (calibration.get("copy") or {}).get("bytes_per_s")
+    if isinstance(rate, (int, float)) and rate > 0:
+        peaks["tb_per_s"], sources["tb_per_s"] = rate / 1e12, f"measured: {where} (device-to-device copy, median)"
+    if not peaks or not any(k in peaks for k in PEAK_FIGURES):
+        return None
+    for key in (*PEAK_FIGURES, "tb_per_s"):
+        if key not in peaks and published and key in published:
+            peaks[key], sources[key] = published[key], published["sources"][key]
+    if "tb_per_s" not in peaks:
+        return None
+    return peaks | {"sources": sources}
+
+
+PEAK_COLUMNS = ["figure", "value", "unit", "source"]
+
+
+def peaks_table(peaks: dict | None) -> pd.DataFrame:
+    """The peaks a roofline was judged against, one row per figure, with the source of each (PEAK_COLUMNS)."""
+    if not peaks:
+        return pd.DataFrame(columns=PEAK_COLUMNS)
+    rows = [[k, peaks[k], "TFLOP/s", peaks["sources"].get(k, "")] for k in PEAK_FIGURES if k in peaks]
+    rows.append(["memory", peaks["tb_per_s"], "TB/s", peaks["sources"].get("tb_per_s", "")])
+    return pd.DataFrame(rows, columns=PEAK_COLUMNS)
 
 
 def _numel(shape) -> int:
@@ -119,6 +165,69 @@ def _same_as_input(dims) -> tuple[int, list]:  # softmax, norms, elementwise: FL
     return 0, out
 
 
+def _ints(text) -> list[int] | None:
+    """A recorded int list ("[2, 2]") or int ("1") as a list of ints; None when absent or not ints ("", "same")."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return value
+    return None
+
+
+# Convolution ops: argument positions of (stride, padding, dilation, output_padding, groups) as each op's schema
+# orders them (aten/src/ATen/native/native_functions.yaml), and whether the op is a transposed convolution
+# (aten::convolution and aten::_convolution record it as an argument, position 6).
+CONV_ARGS = {
+    "aten::conv1d": (3, 4, 5, None, 6, False),
+    "aten::conv2d": (3, 4, 5, None, 6, False),
+    "aten::conv3d": (3, 4, 5, None, 6, False),
+    "aten::convolution": (3, 4, 5, 7, 8, 6),
+    "aten::_convolution": (3, 4, 5, 7, 8, 6),
+    "aten::cudnn_convolution": (3, 2, 4, None, 5, False),
+    "aten::mkldnn_convolution": (4, 3, 5, None, 6, False),
+    "aten::conv_transpose1d": (3, 4, 7, 5, 6, True),
+    "aten::conv_transpose2d": (3, 4, 7, 5, 6, True),
+    "aten::conv_transpose3d": (3, 4, 7, 5, 6, True),
+    "aten::cudnn_convolution_transpose": (4, 2, 5, 3, 6, True),
+}
+
+
+def conv_cost(name: str, dims, concrete) -> tuple[int, list]:
+    """(FLOPs, output shape) of a convolution from its input and weight shapes and its concrete stride,
+    padding, dilation (and output padding), as torch.utils.flop_counter.conv_flop_count counts it:
+    2 * N * Cout * prod(output spatial) * Cin/groups * prod(kernel) (transposed: over the input's spatial size,
+    with weight [Cin, Cout/groups, k...]). Raises ValueError when an argument it needs was not recorded."""
+    stride_at, pad_at, dil_at, outpad_at, groups_at, transposed = CONV_ARGS[name]
+    x, w = dims[0], dims[1]
+    if not isinstance(concrete, list):
+        raise ValueError("no concrete inputs recorded")
+    arg = lambda i: _ints(concrete[i]) if i is not None and i < len(concrete) else None  # noqa: E731
+    if not isinstance(transposed, bool):
+        transposed = concrete[transposed] == "True"
+    spatial = len(x) - 2
+    stride, pad, dil = arg(stride_at), arg(pad_at), arg(dil_at)
+    if stride is None or pad is None or dil is None:
+        raise ValueError("stride, padding or dilation not recorded")
+    stride, pad, dil = ([v[0]] * spatial if len(v) == 1 else v for v in (stride, pad, dil))
+    groups = (arg(groups_at) or [1])[0]
+    kernel = w[2:]
+    if transposed:
+        outpad = arg(outpad_at) or [0]
+        outpad = outpad * spatial if len(outpad) == 1 else outpad
+        out_spatial = [(i - 1) * s - 2 * p + d * (k - 1) + o + 1
+                       for i, s, p, d, k, o in zip(x[2:], stride, pad, dil, kernel, outpad, strict=True)]  # fmt: skip
+        flops = 2 * x[0] * math.prod(x[2:]) * math.prod(kernel) * w[0] * w[1]
+        return flops, [x[0], w[1] * groups, *out_spatial]
+    out_spatial = [(i + 2 * p - d * (k - 1) - 1) // s + 1
+                   for i, s, p, d, k in zip(x[2:], stride, pad, dil, kernel, strict=True)]  # fmt: skip
+    flops = 2 * x[0] * math.prod(out_spatial) * math.prod(kernel) * w[0] * w[1]
+    return flops, [x[0], w[0], *out_spatial]
+
+
 FORMULAS = {  # op name -> (kind, formula(input dims) -> (flops, output shape))
     "aten::mm": ("matmul", _mm),
     "aten::addmm": ("matmul", _addmm),
@@ -130,6 +239,7 @@ FORMULAS = {  # op name -> (kind, formula(input dims) -> (flops, output shape))
     "aten::_scaled_dot_product_flash_attention": ("attention", _sdpa),
     "aten::_scaled_dot_product_efficient_attention": ("attention", _sdpa),
     "aten::_scaled_dot_product_cudnn_attention": ("attention", _sdpa),
+    **{name: ("convolution", None) for name in CONV_ARGS},  # conv_cost: needs the concrete inputs too
     "aten::_softmax": ("softmax", _same_as_input),
     "aten::softmax": ("softmax", _same_as_input),
     "aten::layer_norm": ("normalization", _same_as_input),
@@ -144,15 +254,15 @@ FORMULAS = {  # op name -> (kind, formula(input dims) -> (flops, output shape))
 }
 
 
-def op_cost(name: str, dims, types) -> tuple[str, int, int, str] | None:
-    """(kind, FLOPs, bytes, precision) of one op from its recorded dims and types; None without a formula
-    or when the shapes do not fit it."""
+def op_cost(name: str, dims, types, concrete=None) -> tuple[str, int, int, str] | None:
+    """(kind, FLOPs, bytes, precision) of one op from its recorded dims, types and (convolutions) concrete
+    inputs; None without a formula or when the recorded arguments do not fit it."""
     entry = FORMULAS.get(name)
     if entry is None or not isinstance(dims, list):
         return None
     kind, formula = entry
     try:
-        flops, out = formula(dims)
+        flops, out = conv_cost(name, dims, concrete) if formula is None else formula(dims)
     except (ValueError, TypeError, IndexError):
         return None
     types = types if isinstance(types, list) else []
@@ -235,7 +345,8 @@ def summarize_roofline(cpu_ops: pd.DataFrame, gpu_ns: np.ndarray, peaks: dict | 
     rows = []
     for i in np.flatnonzero(mask):
         r = cpu_ops.iloc[i]
-        cost = op_cost(r["name"], json.loads(r["input_dims"]), json.loads(r["input_types"]))
+        concrete = json.loads(r["concrete_inputs"]) if "concrete_inputs" in r else None
+        cost = op_cost(r["name"], json.loads(r["input_dims"]), json.loads(r["input_types"]), concrete)
         if cost is None:
             continue
         kind, flops, moved, prec = cost

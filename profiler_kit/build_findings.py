@@ -14,7 +14,16 @@ import pandas as pd
 
 from profiler_kit.analyze.arrays import distinct_values
 from profiler_kit.analyze.breakdown import phase_ranges, taken_back
-from profiler_kit.analyze.collectives import collective_instances, comm_kernels, stragglers, summarize_collectives
+from profiler_kit.analyze.collectives import (
+    collective_bandwidth,
+    collective_instances,
+    comm_kernels,
+    launch_steps,
+    slowest_rank_by_step,
+    stragglers,
+    summarize_bandwidth,
+    summarize_collectives,
+)
 from profiler_kit.analyze.copies import copy_bandwidth
 from profiler_kit.analyze.findings import rank_findings
 from profiler_kit.analyze.idle import (
@@ -34,8 +43,15 @@ from profiler_kit.analyze.launches import (
     short_excess,
     summarize_launches,
 )
-from profiler_kit.analyze.roofline import ROOFLINE_COLUMNS, gpu_peaks, op_gpu_time, summarize_roofline
-from profiler_kit.analyze.sequences import kernel_sequences
+from profiler_kit.analyze.roofline import (
+    ROOFLINE_COLUMNS,
+    calibrated_peaks,
+    gpu_peaks,
+    op_gpu_time,
+    peaks_table,
+    summarize_roofline,
+)
+from profiler_kit.analyze.sequences import kernel_sequences, launch_ranges
 from profiler_kit.analyze.tables import Trace, one_value_view
 from profiler_kit.render.units import compact_name
 from profiler_kit.report import Section, Table
@@ -52,8 +68,12 @@ DIAGNOSIS_TABLES = (
     "queue",
     "sequences",
     "collectives",
+    "bandwidth",
+    "bandwidth_instances",
     "stragglers",
+    "stragglers_by_step",
     "roofline",
+    "roofline_peaks",
 )
 
 
@@ -70,7 +90,7 @@ def diagnose(
     the two halves overlap.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
-        side_sequences = pool.submit(kernel_sequences, ops)
+        side_sequences = pool.submit(_sequences, trace, ops)
         side_ops = pool.submit(_op_analyses, trace, ops)
         launched = launch_table(ops, trace.runtime, matched)
         streams = ops_streams(ops)  # sorted once for the idle time and the queue length
@@ -83,7 +103,7 @@ def diagnose(
             "launch_calls": summarize_launches(launched),
             "launch_phases": launch_phases(launched, phase_ranges(trace.nvtx)),
             "copies": copy_bandwidth(trace.memops),
-            "roofline": roofline(trace, ops),
+            **roofline(trace, ops),
         }
         out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
         out["queue"] = taken_back(side_queue, queue_length, launched, MAX_QUEUE_LENGTH, queue_streams)
@@ -104,26 +124,83 @@ def same_rows(ops: pd.DataFrame, launched: pd.DataFrame) -> bool:
     return bool(np.array_equal(a, b))
 
 
+def _sequences(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
+    """The repeating kernel sequences, with the ops or NVTX ranges that launched them."""
+    ranges = launch_ranges(trace.meta.get("cpu_op_ranges"), trace.nvtx)
+    return kernel_sequences(ops, runtime=trace.runtime, ranges=ranges)
+
+
 def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The analyses that need the GPU ops only (no launch matching), but the kernel sequences."""
     comm = trace_comm_kernels(trace, ops)
     instances = collective_instances(comm)
+    bandwidth = collective_bandwidth(comm)
     return {
         "temporal": temporal_breakdown(ops),
         "comm_kernels": comm,
         "collectives": summarize_collectives(instances),
+        "bandwidth": summarize_bandwidth(bandwidth),
+        "bandwidth_instances": bandwidth,
         "stragglers": stragglers(instances),
+        "stragglers_by_step": slowest_rank_by_step(instances),
     }
 
 
-def roofline(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
-    """The per-op roofline when the trace recorded shapes (Kineto record_shapes=True), else no rows."""
+def roofline(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The per-op roofline when the trace recorded shapes (Kineto record_shapes=True), else no rows; and the
+    peaks it was judged against, with their sources (``roofline_peaks``)."""
     cpu = trace.meta.get("cpu_ops")
     if cpu is None:
-        return pd.DataFrame(columns=ROOFLINE_COLUMNS)
+        return {"roofline": pd.DataFrame(columns=ROOFLINE_COLUMNS), "roofline_peaks": peaks_table(None)}
+    peaks = trace_peaks(trace)
+    return {
+        "roofline": summarize_roofline(cpu, op_gpu_time(cpu, trace.runtime, ops), peaks),
+        "roofline_peaks": peaks_table(peaks),
+    }
+
+
+def trace_peaks(trace: Trace) -> dict | None:
+    """This GPU's peaks: measured by ``record --calibrate`` when the trace's run folder (or the record folder
+    above it) holds them, else the published figures for the GPU's name (analyze/roofline.py GPU_PEAKS)."""
     names = trace.gpus["name"].astype(str).tolist()
-    peaks = gpu_peaks(names[0]) if names else None
-    return summarize_roofline(cpu, op_gpu_time(cpu, trace.runtime, ops), peaks)
+    source = trace.meta.get("source")
+    cal, where = find_trace_calibration(source, names[0] if names else None) if source else (None, "")
+    published = gpu_peaks(names[0] if names else (cal or {}).get("device", ""))
+    return (calibrated_peaks(cal, where, published) if cal else None) or published
+
+
+def find_trace_calibration(source: str, device: str | None) -> tuple[dict | None, str]:
+    """(calibration, where) for a trace at ``source`` from profiler_kit.run's layout: run.json's
+    ``calibration`` beside the trace, else calibration.json beside it or in the record folder above it.
+    Only a calibration of the trace's GPU (run.json's gpu when the trace names none) counts; unreadable
+    files are passed over (the published figures are used)."""
+    from pathlib import Path
+
+    from profiler_kit.analyze.errors import InputError
+    from profiler_kit.analyze.results import CALIBRATION_FIELDS, RUN_FIELDS, read_json_fields
+
+    fields = {k: RUN_FIELDS[k] for k in ("gpu?", "calibration?")}  # all this needs of a run.json
+    from profiler_kit.run import CALIBRATION_FILE
+
+    folder = Path(source).parent
+    run_json = folder / "run.json"
+    try:
+        run = read_json_fields(run_json, fields) if run_json.is_file() else {}
+    except InputError:
+        run = {}
+    device = device or (run.get("gpu") or {}).get("name")
+    if not device:
+        return None, ""
+    if (run.get("calibration") or {}).get("device") == device:
+        return run["calibration"], str(run_json)
+    for f in (folder / CALIBRATION_FILE, folder.parent / CALIBRATION_FILE):
+        try:
+            cal = read_json_fields(f, CALIBRATION_FIELDS) if f.is_file() else None
+        except InputError:
+            cal = None
+        if cal and cal.get("device") == device:
+            return cal, str(f)
+    return None, ""
 
 
 def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
@@ -131,14 +208,20 @@ def trace_comm_kernels(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     the trace has one, else the processes numbered as ``analyze.ranks.rank_of_pid`` numbers them."""
     from profiler_kit.analyze.ranks import rank_of_pid
 
-    rank = trace.meta.get("rank")
-    if isinstance(rank, int) and rank >= 0:
-        return comm_kernels(ops, rank=rank)
+    rank, args = trace.meta.get("rank"), trace.meta.get("collective_args")  # args: Kineto's message sizes
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     pid = ops["pid"].to_numpy()
-    if one_value_view(pid) or len(distinct_values(pid[is_kernel])) < 2:  # one process: no copy of the kernels
-        return comm_kernels(ops)
-    return comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]))
+    if isinstance(rank, int) and rank >= 0:
+        comm = comm_kernels(ops, rank=rank, args=args)
+    elif one_value_view(pid) or len(distinct_values(pid[is_kernel])) < 2:  # one process: no copy of the kernels
+        comm = comm_kernels(ops, args=args)
+    else:
+        comm = comm_kernels(ops, rank_of_pid=rank_of_pid(ops[is_kernel]), args=args)
+    steps = step_ranges(trace.nvtx)
+    if len(comm) and len(steps):  # the step each collective was launched in, for the slowest rank per step
+        in_comm = np.asarray(ops["category"] == "communication", dtype=bool) & is_kernel
+        comm["step"] = launch_steps(ops[in_comm], trace.runtime, steps)
+    return comm
 
 
 def cross_rank_sections(results) -> list[Section]:
@@ -151,7 +234,8 @@ def cross_rank_sections(results) -> list[Section]:
         [r.tables["temporal"].assign(rank=r.meta["rank"], trace=r.label) for r in ranked], ignore_index=True
     )
     per_rank["comm_hidden_frac"] = 1 - per_rank["comm_exposed_ns"] / per_rank["comm_ns"].where(per_rank["comm_ns"] > 0)
-    instances = collective_instances(pd.concat([r.tables["comm_kernels"] for r in ranked], ignore_index=True))
+    comm = pd.concat([r.tables["comm_kernels"] for r in ranked], ignore_index=True)
+    instances = collective_instances(comm)
     cols = ["rank", "trace", "span_ns", "compute_ns", "idle_ns", "comm_ns", "comm_exposed_ns", "comm_hidden_frac"]
     sec = Section(
         "Communication across ranks",
@@ -165,6 +249,21 @@ def cross_rank_sections(results) -> list[Section]:
     if len(instances):
         sec.tables.append(Table("Collectives by name", summarize_collectives(instances), key="ranks_collectives"))
         sec.tables.append(Table("Ranks the others waited for", stragglers(instances), key="ranks_stragglers"))
+        sec.tables.append(
+            Table(
+                TITLES["stragglers_by_step"],
+                slowest_rank_by_step(instances),
+                NOTES["stragglers_by_step"],
+                "ranks_stragglers_by_step",
+            )
+        )
+        bandwidth = collective_bandwidth(comm)
+        sec.tables.append(
+            Table(TITLES["bandwidth"], summarize_bandwidth(bandwidth), NOTES["bandwidth"], "ranks_bandwidth")
+        )
+        sec.tables.append(
+            Table(TITLES["bandwidth_instances"], bandwidth, NOTES["bandwidth_instances"], "ranks_bandwidth_instances")
+        )
     return [sec]
 
 
@@ -197,12 +296,24 @@ NOTES = {
     "copies": "Bandwidth while copying (bytes / copy time); ceiling = best single copy of >= 1 MiB in this trace.",
     "queue": "Ops launched and not yet started per stream (HTA queue length); full = time at >= 1024 queued ops, "
     "when the host's next launch blocks.",
-    "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates.",
+    "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates. "
+    "launched_by: the innermost op or range open at each kernel's launch; op_stack: the outer part of the op "
+    "stacks at the launches that all kernels of the sequence share, outermost first, '-' when none (most common "
+    "over up to 8 occurrences; op_stack_frac: their share).",
     "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
     "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
+    "bandwidth": "NCCL's bus bandwidth (nccl-tests busBw): message bytes / time x the collective's factor "
+    "(all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast, reduce, send/recv 1), over "
+    "the instances whose size the trace records (Kineto's collective args; nsys exports: not recorded, empty).",
+    "bandwidth_instances": "Per collective instance; time = after the last rank arrived when the trace holds two "
+    "ranks or more, else the kernel's time, wait for the other ranks included (a lower bound on bandwidth).",
     "stragglers": "How often each rank entered a collective last, and the others' wait then.",
+    "stragglers_by_step": "Per step (ProfilerStep#N or NVTX 'step' open when the collective was launched): the rank "
+    "the others waited for longest in its collectives (HTA get_potential_stragglers' per-iteration question).",
     "roofline": "Ops with recorded shapes (innermost with a formula); FLOPs as torch.utils.flop_counter, bytes = "
-    "inputs + output once; peaks from analyze/roofline.py GPU_PEAKS (dense datasheet figures).",
+    "inputs + output once; against the peaks in the next table.",
+    "roofline_peaks": "Measured by record --calibrate (calibration.json in the run folder) where the run has it, "
+    "else the vendor's published dense figure for this GPU (analyze/roofline.py GPU_PEAKS).",
 }
 TITLES = {
     "findings": "Findings",
@@ -216,8 +327,12 @@ TITLES = {
     "queue": "Launch queue length per stream",
     "sequences": "Repeating kernel sequences",
     "collectives": "Collective skew by name",
+    "bandwidth": "Collective bus bandwidth by name",
+    "bandwidth_instances": "Collective bus bandwidth per instance",
     "stragglers": "Ranks the others waited for",
+    "stragglers_by_step": "Slowest rank per step",
     "roofline": "Per-op roofline",
+    "roofline_peaks": "Roofline peaks and their sources",
 }
 
 
