@@ -68,6 +68,8 @@ def kernel_sequences(
         key = _window_ids(names, n)
         total = running[n:] - running[:m]  # each window's GPU time
         key, total = key[same], total[same]
+        if not len(key):  # every window crosses streams: nothing repeats on one stream
+            continue
         first = np.flatnonzero(same)
         count = np.bincount(key)
         time = np.bincount(key, weights=total)

@@ -99,6 +99,16 @@ def test_launchers_across_threads_have_no_common_stack():
     assert by_seq.loc["kb -> kc", "op_stack_frac"] == 1.0
 
 
+def test_no_window_on_one_stream():
+    """Every window of two crosses streams (one kernel per stream): no sequence, and no error while attributing
+    launches (the fixture trace of the CLI tests once failed there)."""
+    trace = hand_trace()
+    trace.kernels["stream_id"] = np.arange(len(trace.kernels))
+    ranges = launch_ranges(trace.meta["cpu_op_ranges"], trace.nvtx)
+    seq = kernel_sequences(gpu_ops(trace), lengths=(2,), runtime=trace.runtime, ranges=ranges)
+    assert seq.empty and "launched_by" in seq
+
+
 def test_sequences_in_the_report_tables():
     trace = hand_trace()
     tables = diagnose(trace, gpu_ops(trace))
