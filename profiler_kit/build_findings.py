@@ -337,6 +337,13 @@ TITLES = {
 }
 
 
+def _numbered(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The last of ``keys`` with " 1", " 2", ... where the same keys repeat (rows in time order); unique ones as they are."""
+    group = df.groupby(keys, sort=False, observed=True)
+    count, nth = group[keys[-1]].transform("size").to_numpy(), group.cumcount().to_numpy() + 1
+    return [f"{v} {i}" if c > 1 else str(v) for v, c, i in zip(df[keys[-1]], count, nth, strict=True)]
+
+
 # tables that measured nothing when this column is all zero (a trace without GPU ops has no idle gaps)
 NOTHING_WHEN_ZERO = {"idle_classes": "gaps"}
 
@@ -353,5 +360,7 @@ def findings_section(label: str, tables: dict[str, pd.DataFrame]) -> Section:
                 df = df.assign(
                     sequence=[" -> ".join(compact_name(k, 40) for k in s.split(" -> ")) for s in df["sequence"]]
                 )
+            if name == "temporal_steps":  # NVTX "step" ranges share one name: number them, in time order
+                df = df.assign(step=_numbered(df, ["pid", "device_id", "step"]))
             sec.tables.append(Table(TITLES[name], df, note=NOTES[name], key=f"{label}_{name}"))
     return sec
