@@ -1,7 +1,7 @@
 """Distributed results -> Report: all-reduce bandwidth, DDP step times, cross-rank trace analyses.
 
-Inputs live in one folder (what ``reports/ddp/run_gpu.sh`` and ``run_gloo.sh``
-leave): ``allreduce_*.jsonl`` (workloads.distributed), ``ddp_*.jsonl`` and
+Inputs live in one folder (what ``benchmarks/bench_ddp.sh``
+leaves): ``allreduce_*.jsonl`` (workloads.distributed), ``ddp_*.jsonl`` and
 ``ddp.jsonl`` (workloads.ddp_train timings; record_ddp writes the latter) and per-rank traces ``<label>_rank<r>.json.gz``
 in any subfolder; multi-rank nsys exports (``*.sqlite``, one process per rank)
 are analysed too, each as one variant named after the file.
