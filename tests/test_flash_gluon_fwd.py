@@ -33,7 +33,7 @@ def _sm90() -> bool:
 
 
 @pytest.mark.skipif(not _gluon_available(), reason="triton without Gluon")
-@pytest.mark.parametrize("config", ["n128", "n64_overlap"])
+@pytest.mark.parametrize("config", ["n128", "n128_pingpong", "n128_s3_pingpong"])
 def test_compiles_for_sm90_without_spills(tmp_path, config):
     import triton
     from profiler_kit.workloads import flash_gluon_fwd as g

@@ -5,19 +5,23 @@ leaves an 8-warp kernel as it is and fails an assertion at 4 warps), so this wri
 split out with ``gl.warp_specialize``, as ``flash_gluon_ws`` does for the d 64 backward:
 
 - a 1-warp load partition: the program's 128 query rows once, then K and V tiles of ``BLOCK_N`` keys into a
-  ``STAGES``-deep ring of shared memory (``ready`` / ``empty`` mbarriers), 24 registers;
+  ``STAGES``-deep ring of shared memory, K and V each behind their own ``ready`` / ``empty`` mbarriers, 24 registers;
 - two consumer warpgroups, each owning 64 of the query rows: S = Q K^T, the online softmax in registers and
-  O += P V with P from registers, for every key tile; a stage is released when both have read it. The two
-  warpgroups run independently, so one's softmax can overlap the other's products. ``OVERLAP`` issues the
-  next tile's S product before this tile's softmax (FA3's intra-warpgroup overlap), at the cost of a second S
-  tile in registers.
+  O += P V with P from registers, for every key tile; a K or V stage is released when both have read it.
+
+Schedules of the key loop (``SCHEDULE``): ``PLAIN`` waits for each product in turn, and the two warpgroups run
+independently. ``FA3`` is FlashAttention-3's intra-warpgroup overlap: the S product of tile j and the P V product
+of tile j - 1 are issued together, and tile j's softmax runs while P V does (a second tile of scores and P in
+registers). ``PINGPONG`` adds FA3's ping-pong: a warpgroup issues its two products only in its turn and then
+hands the turn to the other (``turn`` mbarriers), so one's softmax overlaps the other's products.
 
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
 
 At 1x16x16384x128 bf16 on an H100 (forward only, one process): causal 1.995 ms (``n128``) against the Triton
-forward's 2.455 and SDPA's 1.920; not causal 3.965 against 4.559 and 3.559. ``OVERLAP`` (2.462), 64-key tiles
-(2.043) and 3 stages (2.165) were slower (benchmarks/README.md). d 64 is correct (GPU test) but was not timed: that
+forward's 2.455 and SDPA's 1.920; not causal 3.965 against 4.559 and 3.559. The next S product issued before the
+softmax on the K/V stage it shared with V (2.462), 64-key tiles (2.043) and 3 stages (2.165) were slower
+(benchmarks/README.md). d 64 is correct (GPU test) but was not timed: that
 screen's d 64 rows ran the d 128 kernel (a launch-key bug, fixed since), so the Triton forward stays there.
 """
 
@@ -39,18 +43,14 @@ ROWS = gl.constexpr(64)  # query rows a consumer warpgroup owns (two a program)
 BLOCK_M = 128
 
 # schedules of a consumer warpgroup's key loop
-PLAIN, OVERLAP, FA3, PINGPONG = (gl.constexpr(i) for i in range(4))
+PLAIN, FA3, PINGPONG = (gl.constexpr(i) for i in range(3))
 # (BLOCK_N, STAGES, maxnreg, consumer regs, load regs, schedule): 12 warps a program (two consumer warpgroups and
 # the load warp rounded up to a warpgroup), each allocated maxnreg registers at launch
 CONFIGS = {
     "n128": (128, 2, 168, 240, 24, PLAIN),
-    "n128_overlap": (128, 2, 168, 240, 24, OVERLAP),
-    "n128_s3": (128, 3, 168, 240, 24, PLAIN),
     "n128_fa3": (128, 2, 168, 240, 24, FA3),
     "n128_pingpong": (128, 2, 168, 240, 24, PINGPONG),
     "n128_s3_pingpong": (128, 3, 168, 240, 24, PINGPONG),
-    "n64": (64, 3, 168, 240, 24, PLAIN),
-    "n64_overlap": (64, 3, 168, 240, 24, OVERLAP),
     "n64_pingpong": (64, 4, 168, 240, 24, PINGPONG),
 }
 DEFAULT = "n128"
@@ -231,16 +231,6 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
     num_full = num_n - (BM // BN) if IS_CAUSAL else num_n
     if SCHEDULE >= FA3:
         acc, l_i, m_i = _fa3_loop(acc, l_i, m_i, q_c, num_full, a, C, IS_CAUSAL, STAGES, SCHEDULE == PINGPONG)
-    elif SCHEDULE == OVERLAP:  # the next tile's S product runs while this tile's softmax is computed
-        s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(0, q_c, a, STAGES),))
-        for j in range(num_n - 1):
-            s_next = _scores(j + 1, q_c, a, STAGES)
-            if j < num_full:
-                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, False, STAGES)
-            else:
-                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, True, STAGES)
-            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
-        acc, l_i, m_i = _softmax_pv(num_n - 1, s_t, acc, l_i, m_i, a, C, IS_CAUSAL, STAGES)
     else:
         for j in range(num_full):
             s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, STAGES),))

@@ -158,6 +158,8 @@ BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon_ws": 2}  # gluon_ws: flash_gluon_ws, tma's dQ buffer
 GLUON_WS_TRITON = "3.6."  # the Triton release flash_gluon_ws was written and measured with
+# flash_gluon_bwd128 config for the "gluon_ws" backward at head dim 128 (None: the ``tma`` kernel there)
+BWD_GLUON128: str | None = None
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
@@ -169,6 +171,7 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
     FWD_TMA = _override.get("fwd_tma", FWD_TMA)
     FWD_GLUON = {int(d): c for d, c in _override.get("fwd_gluon", FWD_GLUON).items()}
+    BWD_GLUON128 = _override.get("bwd_gluon128", BWD_GLUON128)
     FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
     BWD_OPTS = {**BWD_OPTS, **_override.get("bwd_opts", {})}
 
@@ -675,18 +678,22 @@ def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
 
 
 def _gluon_ws(q: torch.Tensor):
-    """``flash_gluon_ws`` where it takes these inputs (``supported``) under the Triton it was written for, else None.
+    """The warp-specialized Gluon dK/dV module that takes these inputs (``supported``) under the Triton it was
+    written for, else None: ``flash_gluon_ws`` at head dim 64, ``flash_gluon_bwd128`` at 128 where
+    ``BWD_GLUON128`` names a config.
 
-    Gluon is Triton's experimental dialect and the kernel calls one of the compiler's internal builders
+    Gluon is Triton's experimental dialect and the kernels call one of the compiler's internal builders
     (the TMA reduce), so another Triton release gets the ``tma`` kernel rather than a compile error.
     """
     if not triton.__version__.startswith(GLUON_WS_TRITON):
         return None
     try:
-        from profiler_kit.workloads import flash_gluon_ws
+        from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_ws
     except (ImportError, AttributeError):  # a Triton without Gluon, or whose internals it uses have moved
         return None
-    return flash_gluon_ws if flash_gluon_ws.supported(q) else None
+    if flash_gluon_ws.supported(q):
+        return flash_gluon_ws
+    return flash_gluon_bwd128 if BWD_GLUON128 and flash_gluon_bwd128.supported(q) else None
 
 
 def _gluon_fwd(q: torch.Tensor, k: torch.Tensor):
@@ -747,7 +754,8 @@ def backward_kernels(
     scale = 1.0 / math.sqrt(d)
     if ws is not None:
         head_group = (opts or {}).get("HEAD_GROUP", ws.HEAD_GROUP)  # its own launch order
-        ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, dkdv_config or ws.DEFAULT, head_group)
+        config = dkdv_config or (BWD_GLUON128 if d == 128 else ws.DEFAULT)
+        ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, config, head_group)
         return dq.to(q.dtype), dk, dv
     plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
     tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32
