@@ -12,13 +12,19 @@ backward, the two consumer warpgroups compute dQ themselves:
   half of dQ = dS K (``DQ_COLS`` columns of d), added into the fp32 dQ buffer by an asynchronous TMA reduce.
 
 dK is issued before dS^T is shared, so it runs while the warpgroups wait for each other; every product of a tile is
-waited for at its end. ``LAG`` computes a tile's dQ one tile later, after the next dS^T is shared (a second barrier,
-``ds_empty``, guards the double buffer), so the warpgroups need not wait for each other and can drift apart, one's
-softmax overlapping the other's products; it spills a few more scalars. (dK issued after dQ and left in flight into the next tile needs more registers than 240:
+waited for at its end. (dK issued after dQ and left in flight into the next tile needs more registers than 240:
 ptxas serializes the wgmma instructions, C7512.)
 
 Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, no head groups, Hopper only
-(``supported``); ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON`` says so.
+(``supported``); ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
+
+At 1x16 heads, d 128, bf16 on an H100 (``benchmarks/attention_gluon_screen.py``, the backward's kernels alone, ms,
+results/attention/screen_d128.jsonl): ``d128`` causal 4096 / 16384 / 65536 0.503 / 5.813 / 89.52 against SDPA's
+0.446 / 5.228 / 78.66 and the Triton ``tma`` backward's 0.596 / 6.879 / 105.6; not causal 0.773 / 11.22 / 178.3
+against 0.677 / 10.17 / 160.6 and 0.904 / 13.36 / 209.2: 0.88-0.91x SDPA's speed (490 TFLOP/s against 540-560 at
+16384 and up). Two dQ staging tiles (``d128_dq2``) and a 3-stage Q/dO ring (``d128_s3``) were within 0.03x of it
+either way. Not kept (commit 70105f5): each tile's dQ product one tile later, so that the warpgroups need not wait for
+each other every tile: 0.76-0.87x, with ~500 bytes of spilled scalars.
 """
 
 from __future__ import annotations
@@ -46,15 +52,13 @@ BLOCK_M = 64  # query rows a tile
 KEYS_PER_PROGRAM = 128
 HEAD_DIM = 128
 
-# (STAGES, maxnreg, consumer regs, load regs, DQ_BUFS, LAG): 12 warps a program (two consumer warpgroups and the
+# (STAGES, maxnreg, consumer regs, load regs, DQ_BUFS): 12 warps a program (two consumer warpgroups and the
 # load warp rounded up to a warpgroup), each allocated maxnreg registers at launch; DQ_BUFS fp32 dQ staging tiles
 # a consumer (2: the reduce of the last tile need not be done before this tile's dQ is staged)
 CONFIGS = {
-    "d128": (2, 168, 240, 24, 1, False),
-    "d128_dq2": (2, 168, 240, 24, 2, False),
-    "d128_s3": (3, 168, 240, 24, 1, False),
-    "d128_lag": (2, 168, 240, 24, 1, True),
-    "d128_lag_dq2": (2, 168, 240, 24, 2, True),
+    "d128": (2, 168, 240, 24, 1),
+    "d128_dq2": (2, 168, 240, 24, 2),
+    "d128_s3": (3, 168, 240, 24, 1),
 }
 DEFAULT = "d128"
 HEAD_GROUP = 1  # launch order: heads one after another
@@ -64,7 +68,7 @@ HEAD_GROUP = 1  # launch order: heads one after another
 def _load_partition(a, STAGES: gl.constexpr):
     """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [row0 + start_n, 0], kv_bar, k_smem)
@@ -78,46 +82,12 @@ def _load_partition(a, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _reduce_dq(i, dq, a, C: gl.constexpr, DQ_BUFS: gl.constexpr):
-    """Add consumer ``C``'s half of query tile ``i``'s dQ into the fp32 dQ buffer (TMA reduce from shared memory)."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
-    buf = dq_smem.index(C * DQ_BUFS + i % DQ_BUFS)
-    tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
-    buf.store(dq)
-    fence_async_shared()
-    _tma_reduce_add(dq_desc, [row0 + lo + i * BM, C * DQ_COLS], buf)
-
-
-@gluon.jit
-def _dq_part(j, a, C: gl.constexpr, DQ_BUFS: gl.constexpr):
-    """LAG: consumer ``C``'s half of query tile ``j``'s dQ = dS K once both halves of its dS^T are written, its
-    buffer released, the result reduced (every product issued before is waited for too)."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
-    b = j % 2
-    mbarrier.wait(ds_ready.index(b), (j // 2) & 1)
-    dq = warpgroup_mma(
-        ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
-        gl.zeros([BM, DQ_COLS], gl.float32, acc_layout(DQ_COLS)), use_acc=False, is_async=True,
-    )  # fmt: skip
-    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-    mbarrier.arrive(ds_empty.index(b), count=1)
-    _reduce_dq(j, dq, a, C, DQ_BUFS)
-
-
-@gluon.jit
 def _tile(
     i, dk, dv, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
-    LAG: gl.constexpr,
 ):  # fmt: skip
     """One query tile for consumer ``C``: dV, dK accumulated, its half of dS^T shared, its half of dQ reduced."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
@@ -154,35 +124,29 @@ def _tile(
     ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)  # dS carries the softmax scale
     ds_op = gl.convert_layout(ds, p_layout)
     dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)  # runs while dS^T is shared
-    if LAG:  # the buffer's last dS^T (two tiles back) read by both warpgroups' dQ products
-        mbarrier.wait(ds_empty.index(b), ((i // 2) & 1) ^ 1)  # fresh barriers pass phase 1 at once
     ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(b), count=1)
-    if LAG:  # dQ of the tile before: its dS^T is complete long since, so the warpgroups need not keep in step
-        if i > 0:
-            _dq_part(i - 1, a, C, DQ_BUFS)
-        dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))
-        mbarrier.arrive(empty.index(stage), count=1)
-    else:
-        mbarrier.wait(ds_ready.index(b), (i // 2) & 1)  # both halves of dS^T written
-        dq = warpgroup_mma(
-            ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
-            gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
-        )  # fmt: skip
-        dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
-        mbarrier.arrive(empty.index(stage), count=1)
-        _reduce_dq(i, dq, a, C, DQ_BUFS)
+    mbarrier.wait(ds_ready.index(b), (i // 2) & 1)  # both halves of dS^T written
+    dq = warpgroup_mma(
+        ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
+        gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
+    )  # fmt: skip
+    dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
+    mbarrier.arrive(empty.index(stage), count=1)
+    buf = dq_smem.index(C * DQ_BUFS + i % DQ_BUFS)
+    tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
+    buf.store(dq)
+    fence_async_shared()
+    _tma_reduce_add(dq_desc, [row0 + start_m, C * DQ_COLS], buf)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(
-    a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, LAG: gl.constexpr
-):  # fmt: skip
+def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr):  # fmt: skip
     """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     d_layout: gl.constexpr = acc_layout(D_HEAD)
@@ -192,12 +156,10 @@ def _consumer(
     first = 0
     if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
         for i in range(2):
-            dk, dv = _tile(i, dk, dv, a, C, True, STAGES, DQ_BUFS, LAG)
+            dk, dv = _tile(i, dk, dv, a, C, True, STAGES, DQ_BUFS)
         first = 2
     for i in range(first, num_m):
-        dk, dv = _tile(i, dk, dv, a, C, False, STAGES, DQ_BUFS, LAG)
-    if LAG:
-        _dq_part(num_m - 1, a, C, DQ_BUFS)
+        dk, dv = _tile(i, dk, dv, a, C, False, STAGES, DQ_BUFS)
     dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
     tma.store_wait(pendings=0)
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
@@ -211,7 +173,7 @@ def _consumer(
 def _flash_bwd128_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, LAG: gl.constexpr,
+    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 keys (two consumer warpgroups); each query tile's dQ added into fp32 dQ in halves."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -240,7 +202,6 @@ def _flash_bwd128_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
@@ -249,13 +210,12 @@ def _flash_bwd128_kernel(
         # both consumers' halves of dS^T written; a consumer writes a buffer again two tiles on, after the other
         # has arrived on the other buffer, which it does after its dQ product read this one
         mbarrier.init(ds_ready.index(b), count=2)
-        mbarrier.init(ds_empty.index(b), count=2)  # LAG: both consumers' dQ products have read it
 
     a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-         kv_bar, ready, empty, ds_ready, ds_empty, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m)  # fmt: skip
+         kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, LAG)),
-         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, LAG)), (_load_partition, (a, STAGES))],
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS)),
+         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS)), (_load_partition, (a, STAGES))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
 
@@ -285,9 +245,7 @@ def _desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
 
 def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
-    stages, maxnreg, consumer_regs, load_regs, dq_bufs, lag = (
-        CONFIGS[config] if isinstance(config, str) else tuple(config)
-    )
+    stages, maxnreg, consumer_regs, load_regs, dq_bufs = CONFIGS[config] if isinstance(config, str) else tuple(config)
     bh, n, d = q.shape
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
@@ -295,7 +253,7 @@ def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config
         _desc(q, (BLOCK_M, d)), _desc(k, (KEYS_PER_PROGRAM, d)), _desc(v, (KEYS_PER_PROGRAM, d)),
         _desc(do, (BLOCK_M, d)), _desc(dq, (BLOCK_M, d // 2)), dk, dv, lse, delta, sm_scale, n,
     )  # fmt: skip
-    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), bool(lag))
+    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs))
     grid = (n // KEYS_PER_PROGRAM * bh,)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 

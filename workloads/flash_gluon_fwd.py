@@ -18,10 +18,12 @@ hands the turn to the other (``turn`` mbarriers), so one's softmax overlaps the 
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
 
-At 1x16 heads, d 128, bf16 on an H100 (forward only, ``benchmarks/attention_gluon_screen.py``; ms, SDPA in the same
-process): causal 16384 ``n128_s3_pingpong`` 1.801, ``n128_pingpong`` 1.825, ``n128_fa3`` 1.881, ``PLAIN`` 2.189, SDPA
-1.929; not causal 16384 3.427 / 3.460 / 3.433 / 4.081 against 3.597; at 4096 causal 0.150 against 0.153, not causal
-0.228 against 0.214 (results/attention/screen_d128.jsonl). Before the FA3 schedules, the next S product issued before
+At 1x16 heads, d 128, bf16 on an H100 (forward only, ``benchmarks/attention_gluon_screen.py``, SDPA in the same
+process; results/attention/screen_d128.jsonl), ``n128_pingpong`` against SDPA, ms: causal 4096 / 16384 / 65536
+0.149 / 1.805 / 27.78 against 0.153 / 1.917 / 28.00; not causal 0.226 / 3.458 / 54.89 against 0.213 / 3.563 / 57.44
+(1.01-1.06x SDPA's speed, 0.94x at 4096 not causal; ``PLAIN`` 0.84-0.94x). ``n128_fa3`` and ``n128_s3_pingpong``
+were within 0.06x of it either way, 64-key tiles slower (0.82-0.96x).
+Before the FA3 schedules, the next S product issued before
 the softmax on a K/V stage shared with V (2.462 ms causal 16384), 64-key tiles (2.043) and 3 stages (2.165) were
 slower than ``PLAIN`` (1.995). d 64 is correct (GPU test) but was not timed, so the Triton forward stays there.
 """
@@ -54,7 +56,7 @@ CONFIGS = {
     "n128_s3_pingpong": (128, 3, 168, 240, 24, PINGPONG),
     "n64_pingpong": (64, 4, 168, 240, 24, PINGPONG),
 }
-DEFAULT = "n128_s3_pingpong"
+DEFAULT = "n128_pingpong"
 HEAD_GROUP = 2  # launch order: heads in groups of this many, longest tiles of a group first
 
 

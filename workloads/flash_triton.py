@@ -42,8 +42,8 @@ pays nothing).
   are their sums with one writer per tile. The Gluon dK/dV kernel has no head groups: GQA takes ``"tma"``.
 - At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``: a load warp and two consumer warpgroups
   in FlashAttention-3's ping-pong) and the backward's dK/dV/dQ kernel ``flash_gluon_bwd128`` (``BWD_GLUON128``):
-  1.02x and 0.88x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.75x (issue 26, H100, seq
-  4096 and 16384, causal and not; benchmarks/README.md).
+  1.02x and 0.89x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.76x (issue 26, H100, seq
+  4096-65536, causal and not; benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -150,9 +150,9 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 # head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper, lengths a multiple of 128 (others: Triton):
-# d 128 (H100, 1x16 heads, bf16, seq 4096 and 16384, causal and not; benchmarks/results/attention/screen_d128.jsonl):
-# FA3's ping-pong with a 3-stage K/V ring ran at 1.02x SDPA's speed (geometric mean), the Triton kernel at 0.78x
-FWD_GLUON: dict[int, str] = {128: "n128_s3_pingpong"}
+# d 128 (H100, 1x16 heads, bf16, seq 4096-65536, causal and not; benchmarks/results/attention/screen_d128.jsonl):
+# FA3's ping-pong ran at 1.02x SDPA's speed (geometric mean), the Triton kernel at 0.78x
+FWD_GLUON: dict[int, str] = {128: "n128_pingpong"}
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
@@ -161,7 +161,7 @@ BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS 
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon_ws": 2}  # gluon_ws: flash_gluon_ws, tma's dQ buffer
 GLUON_WS_TRITON = "3.6."  # the Triton release flash_gluon_ws was written and measured with
 # flash_gluon_bwd128 config for the "gluon_ws" backward at head dim 128 (None: the ``tma`` kernel there):
-# 0.88x SDPA's speed where the ``tma`` kernel ran at 0.75x (same screen)
+# 0.89x SDPA's speed where the ``tma`` kernel ran at 0.76x (same screen)
 BWD_GLUON128: str | None = "d128"
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
