@@ -15,7 +15,8 @@ dK is issued before dS^T is shared, so it runs while the warpgroups wait for eac
 waited for at its end. (dK issued after dQ and left in flight into the next tile needs more registers than 240:
 ptxas serializes the wgmma instructions, C7512.)
 
-Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, no head groups, Hopper only
+Grouped-query heads: a program loops over the query heads that read its K/V head (``GQA``), so dK and dV keep one
+writer. Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only
 (``supported``); ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
 
 At 1x16 heads, d 128, bf16 on an H100 (``benchmarks/attention_gluon_screen.py``, the backward's kernels alone, ms,
@@ -65,29 +66,34 @@ HEAD_GROUP = 1  # launch order: heads one after another
 
 
 @gluon.jit
-def _load_partition(a, STAGES: gl.constexpr):
+def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr):
     """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [row0 + start_n, 0], kv_bar, k_smem)
     tma.async_copy_global_to_shared(v_desc, [row0 + start_n, 0], kv_bar, v_smem)
-    for i in range(num_m):
-        s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
+    for t in range(GQA * num_m):  # the query tiles of each query head that reads these keys, head after head
+        s = t % STAGES
+        q_row = row0 + lo + t * BM
+        if GQA > 1:
+            h = t // num_m
+            q_row = row0 * GQA + h * N_CTX + lo + (t - h * num_m) * BM
+        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
         mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [row0 + lo + i * BM, 0], ready.index(s), q_smem.index(s))
-        tma.async_copy_global_to_shared(do_desc, [row0 + lo + i * BM, 0], ready.index(s), do_smem.index(s))
+        tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready.index(s), q_smem.index(s))
+        tma.async_copy_global_to_shared(do_desc, [q_row, 0], ready.index(s), do_smem.index(s))
 
 
 @gluon.jit
 def _tile(
-    i, dk, dv, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
+    t, i, q_row0, dk, dv, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
 ):  # fmt: skip
-    """One query tile for consumer ``C``: dV, dK accumulated, its half of dS^T shared, its half of dQ reduced."""
+    """Query tile ``i`` of the query head at row ``q_row0`` (the program's ``t``-th tile) for consumer ``C``: dV, dK
+    accumulated, its half of dS^T shared, its half of dQ reduced."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
@@ -97,11 +103,11 @@ def _tile(
     q_layout: gl.constexpr = acc_layout(DQ_COLS)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=d_layout, k_width=2)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    stage = i % STAGES
+    stage = t % STAGES
     start_m = lo + i * BM
-    b = i % 2
+    b = t % 2
 
-    mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+    mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
     q_s = q_smem.index(stage)
     do_s = do_smem.index(stage)
     k_a = k_smem.slice(C * KEYS, KEYS, dim=0)
@@ -109,7 +115,7 @@ def _tile(
     zero = gl.zeros([KEYS, BM], gl.float32, s_layout)
     s_t = warpgroup_mma(k_a, q_s.permute((1, 0)), zero, use_acc=False, is_async=True)
     dp_t = warpgroup_mma(v_a, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
-    qcols = row0 + start_m + gl.arange(0, BM, layout=col_layout)  # L and D loaded as the products run (cached)
+    qcols = q_row0 + start_m + gl.arange(0, BM, layout=col_layout)  # L and D loaded as the products run (cached)
     lse = gl.load(L + qcols) * LOG2E
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t,))
     p_t = gl.exp2(s_t * (sm_scale * LOG2E) - lse[None, :])
@@ -127,39 +133,52 @@ def _tile(
     ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(b), count=1)
-    mbarrier.wait(ds_ready.index(b), (i // 2) & 1)  # both halves of dS^T written
+    mbarrier.wait(ds_ready.index(b), (t // 2) & 1)  # both halves of dS^T written
     dq = warpgroup_mma(
         ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
         gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
     )  # fmt: skip
     dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
     mbarrier.arrive(empty.index(stage), count=1)
-    buf = dq_smem.index(C * DQ_BUFS + i % DQ_BUFS)
+    buf = dq_smem.index(C * DQ_BUFS + t % DQ_BUFS)
     tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
     buf.store(dq)
     fence_async_shared()
-    _tma_reduce_add(dq_desc, [row0 + start_m, C * DQ_COLS], buf)
+    _tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr):  # fmt: skip
+def _consumer(
+    a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr
+):  # fmt: skip
     """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m) = a  # fmt: skip
+     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     d_layout: gl.constexpr = acc_layout(D_HEAD)
     dk = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
     dv = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
     mbarrier.wait(kv_bar, 0)
-    first = 0
-    if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
-        for i in range(2):
-            dk, dv = _tile(i, dk, dv, a, C, True, STAGES, DQ_BUFS)
-        first = 2
-    for i in range(first, num_m):
-        dk, dv = _tile(i, dk, dv, a, C, False, STAGES, DQ_BUFS)
+    if GQA == 1:
+        first = 0
+        if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
+            for i in range(2):
+                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS)
+            first = 2
+        for i in range(first, num_m):
+            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS)
+    else:
+        for h in range(GQA):  # dK, dV sum over the query heads that read these keys
+            q_row0 = row0 * GQA + h * N_CTX
+            first = 0
+            if IS_CAUSAL:
+                for i in range(2):
+                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS)
+                first = 2
+            for i in range(first, num_m):
+                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS)
     dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
     tma.store_wait(pendings=0)
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
@@ -173,9 +192,10 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
 def _flash_bwd128_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr,
+    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr,
 ):  # fmt: skip
-    """One program per 128 keys (two consumer warpgroups); each query tile's dQ added into fp32 dQ in halves."""
+    """One program per 128 keys of a K/V head (two consumer warpgroups), over the query tiles of the ``GQA`` query
+    heads that read it; each query tile's dQ added into fp32 dQ in halves."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -186,7 +206,7 @@ def _flash_bwd128_kernel(
 
     num_n = N_CTX // BLOCK_N
     pid_n, pid_bh = tile_order(gl.program_id(0), num_n, gl.num_programs(0) // num_n, HEAD_GROUP)
-    row0 = pid_bh * N_CTX
+    row0 = pid_bh * N_CTX  # K/V rows; query head h of the group starts at row0 * GQA + h * N_CTX
     start_n = pid_n * BLOCK_N
     lo = start_n if IS_CAUSAL else 0
     num_m = (N_CTX - lo) // BM
@@ -212,10 +232,10 @@ def _flash_bwd128_kernel(
         mbarrier.init(ds_ready.index(b), count=2)
 
     a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-         kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m)  # fmt: skip
+         kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS)),
-         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS)), (_load_partition, (a, STAGES))],
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA)),
+         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA)), (_load_partition, (a, STAGES, GQA))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
 
@@ -253,33 +273,38 @@ def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config
         _desc(q, (BLOCK_M, d)), _desc(k, (KEYS_PER_PROGRAM, d)), _desc(v, (KEYS_PER_PROGRAM, d)),
         _desc(do, (BLOCK_M, d)), _desc(dq, (BLOCK_M, d // 2)), dk, dv, lse, delta, sm_scale, n,
     )  # fmt: skip
-    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs))
-    grid = (n // KEYS_PER_PROGRAM * bh,)
+    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), bh // k.shape[0])
+    grid = (n // KEYS_PER_PROGRAM * k.shape[0],)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
 
 def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAULT, head_group=HEAD_GROUP):
     """Launch: dK, dV into ``dk``, ``dv``; dQ added into the zeroed fp32 ``dq`` (as ``flash_gluon_ws.dkdv``).
 
-    Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 128)`` q, k, v, dO;
-    ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
+    Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 128)`` q, dO and
+    ``(batch*kv_heads, seq, 128)`` k, v (query head ``h`` reads K/V head ``h // (heads // kv_heads)``; dK, dV are the
+    sums over a K/V head's query heads, in one program); ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32
+    (log-sum-exp of the scaled scores, rowsum(dO * O)).
     """
     grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
     names = _flash_bwd128_kernel.arg_names[len(args) :]
     launch(_flash_bwd128_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
 
 
-def compile_sm90(config=DEFAULT, n: int = 4096, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 4):
+def compile_sm90(
+    config=DEFAULT, n: int = 4096, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 4, kv_heads: int = 0
+):
     """Compile for sm_90 without a GPU (as ``flash_gluon_ws.compile_sm90``): Triton's compiled kernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    q, k, v, do = (torch.empty(heads, n, HEAD_DIM, dtype=dtype) for _ in range(4))
+    q, do = (torch.empty(heads, n, HEAD_DIM, dtype=dtype) for _ in range(2))
+    k = v = torch.empty(kv_heads or heads, n, HEAD_DIM, dtype=dtype)
     dq = torch.empty(heads, n, HEAD_DIM, dtype=torch.float32)
     lse = delta = torch.empty(heads, n, dtype=torch.float32)
-    _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, q, q, 0.125, is_causal, config)
+    _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, k, v, 0.125, is_causal, config)
     fn = _flash_bwd128_kernel
     names = fn.arg_names
     const_names = names[len(args) :]
