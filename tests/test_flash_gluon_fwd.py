@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
-@pytest.mark.parametrize("config", ["n128", "n64_overlap"])
+@pytest.mark.parametrize("config", ["n128", "n128_pingpong", "n128_s3_pingpong"])
 def test_compiles_for_sm90_without_spills(tmp_path, config):
     from profiler_kit.workloads import flash_gluon_fwd as g
 
