@@ -30,11 +30,9 @@ each other every tile: 0.76-0.87x, with ~500 bytes of spilled scalars.
 
 from __future__ import annotations
 
-import functools
-
 import torch
-from profiler_kit.workloads.flash_gluon_ws import _tma_reduce_add
-from profiler_kit.workloads.gluon_tiles import acc_layout, tile_order
+from profiler_kit.workloads import gluon_tiles
+from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
 from profiler_kit.workloads.triton_launch import capability, launch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -45,7 +43,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LOG2E = gl.constexpr(1.4426950408889634)
 KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns (two a program)
@@ -144,7 +141,7 @@ def _tile(
     tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
     buf.store(dq)
     fence_async_shared()
-    _tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
+    tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
     return dk, dv
 
 
@@ -252,17 +249,6 @@ def supported(q: torch.Tensor) -> bool:
     )
 
 
-@functools.cache
-def _layout(block: tuple[int, ...], dtype: torch.dtype):
-    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
-
-
-def _desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
-    flat = t.view(-1, t.shape[-1])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _layout(block, t.dtype))
-
-
 def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
     stages, maxnreg, consumer_regs, load_regs, dq_bufs = CONFIGS[config] if isinstance(config, str) else tuple(config)
@@ -270,8 +256,8 @@ def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
     args = (
-        _desc(q, (BLOCK_M, d)), _desc(k, (KEYS_PER_PROGRAM, d)), _desc(v, (KEYS_PER_PROGRAM, d)),
-        _desc(do, (BLOCK_M, d)), _desc(dq, (BLOCK_M, d // 2)), dk, dv, lse, delta, sm_scale, n,
+        tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (KEYS_PER_PROGRAM, d)), tensor_desc(v, (KEYS_PER_PROGRAM, d)),
+        tensor_desc(do, (BLOCK_M, d)), tensor_desc(dq, (BLOCK_M, d // 2)), dk, dv, lse, delta, sm_scale, n,
     )  # fmt: skip
     consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), bh // k.shape[0])
     grid = (n // KEYS_PER_PROGRAM * k.shape[0],)
@@ -295,21 +281,9 @@ def compile_sm90(
     config=DEFAULT, n: int = 4096, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 4, kv_heads: int = 0
 ):
     """Compile for sm_90 without a GPU (as ``flash_gluon_ws.compile_sm90``): Triton's compiled kernel."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     q, do = (torch.empty(heads, n, HEAD_DIM, dtype=dtype) for _ in range(2))
     k = v = torch.empty(kv_heads or heads, n, HEAD_DIM, dtype=dtype)
     dq = torch.empty(heads, n, HEAD_DIM, dtype=torch.float32)
     lse = delta = torch.empty(heads, n, dtype=torch.float32)
     _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, k, v, 0.125, is_causal, config)
-    fn = _flash_bwd128_kernel
-    names = fn.arg_names
-    const_names = names[len(args) :]
-    sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
-    constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
-    attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in ("DK", "DV", "L", "D", "N_CTX")}
-    src = GluonASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})
+    return gluon_tiles.compile_sm90(_flash_bwd128_kernel, args, consts, opts, ("DK", "DV", "L", "D", "N_CTX"))

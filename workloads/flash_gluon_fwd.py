@@ -30,15 +30,13 @@ slower than ``PLAIN`` (1.995). d 64 is correct (GPU test) but was not timed, so 
 
 from __future__ import annotations
 
-import functools
-
 import torch
-from profiler_kit.workloads.gluon_tiles import acc_layout, tile_order
+from profiler_kit.workloads import gluon_tiles
+from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order
 from profiler_kit.workloads.triton_launch import capability, launch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
@@ -311,24 +309,13 @@ def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
     )
 
 
-@functools.cache
-def _layout(block: tuple[int, ...], dtype: torch.dtype):
-    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype]
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
-
-
-def _desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
-    flat = t.view(-1, t.shape[-1])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _layout(block, t.dtype))
-
-
 def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
     bn, stages, maxnreg, consumer_regs, load_regs, schedule = CONFIGS[config] if isinstance(config, str) else config
     bh, n, d = q.shape
     if n % BLOCK_M:
         raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
-    args = (_desc(q, (BLOCK_M, d)), _desc(k, (bn, d)), _desc(v, (bn, d)), o, lse, sm_scale, n)
+    args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), o, lse, sm_scale, n)
     consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule))
     grid = (n // BLOCK_M * bh,)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
@@ -347,19 +334,7 @@ def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEA
 
 def compile_sm90(config=DEFAULT, n: int = 4096, d: int = 128, is_causal: bool = True, dtype=torch.bfloat16):
     """Compile for sm_90 without a GPU (as ``flash_gluon_ws.compile_sm90``): Triton's compiled kernel."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     q, k, v, o = (torch.empty(4, n, d, dtype=dtype) for _ in range(4))
     lse = torch.empty(4, n, dtype=torch.float32)
     _, args, consts, opts = launch_args(q, k, v, o, lse, 0.125, is_causal, config)
-    fn = _flash_gluon_fwd_kernel
-    names = fn.arg_names
-    const_names = names[len(args) :]
-    sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
-    constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
-    attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in ("Out", "L", "N_CTX")}
-    src = GluonASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})
+    return gluon_tiles.compile_sm90(_flash_gluon_fwd_kernel, args, consts, opts, ("Out", "L", "N_CTX"))
