@@ -99,8 +99,10 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<float, float, float, 8, fbgemm_gpu::FixedDivisor>(int)")),
     ("optimizer", "multi_tensor", r"multi tensor apply|\bforeach\b|\badam|\blamb\b|\bsgd\b|\badagrad|\bmuon|\blion\b",
      ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>, BinaryOpListAlphaFunctor<float, 2, 2, 0>>",)),
-    ("softmax", "softmax", r"soft ?max",
+    # TensorFlow's softmax kernel is GenerateNormalizedProb (exp(x - max) / sum, the max and sum reduced before it).
+    ("softmax", "softmax", r"soft ?max|\bgenerate normalized prob",
      ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, Epilogue>(float*, float const*, int)",
+      "void tensorflow::(anonymous namespace)::GenerateNormalizedProb<float, float, 4>(float const*, float const*, float const*, float*, int, int, int)",
       "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>(float*, float const*, int, int, int, bool const*, int, bool)",
       "triton_per_fused__softmax_2")),
     # Apex and TransformerEngine name their LayerNorm kernels ln_fwd/ln_bwd in namespace layer_norm;
@@ -188,17 +190,19 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>(unsigned int const *, tensorflow::functor::Dimension<int=3>, tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>*)",  # TF's transpose
       "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)")),
     ("reduction", "reduce",
-     r"reduc|\bdot\b|\bunsorted segment|\bsegment (sum|reduc)|\bbias grad|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
+     r"reduc|\bdot\b|\bunsorted segment|\bcleanup segments|\bsegment (sum|reduc)|\bbias grad|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
      ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>>(T3)",
       "void dot_kernel<double>(double const *, double const *, double*, unsigned int)",  # BabelStream's dot product
-      "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)")),
+      "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
+      # TF's segment sum finishes the segments a block straddled; its namespace says "functor", its name says sum
+      "void tensorflow::functor::CleanupSegments<float*, float*, cub::Sum>(float*, float*, int, int, int, cub::Sum, std::integral_constant<bool, false>)")),
     # Anything under ATen's pointwise launchers lands here once its functor said nothing more
     # specific; MIOpen's tensor ops (Op2dTensorGeneric, SubTensorOpWithScalar1d) are pointwise too.
     # Arithmetic spelled out (subtract_kernel, array_divide) is pointwise; "matrix multiply" was
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
@@ -215,7 +219,11 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void RNN_bidirectional_accum_bp1_1<__half, __half, float>(__half*, __half*, __half*, int)",
       "void at::native::triu_tril_kernel<bool, int, false, 8, false>(at::cuda::detail::TensorInfo<bool, int>, at::cuda::detail::TensorInfo<bool const, int>, long, long, int)",
       "void rocprim::ROCPRIM_400200_NS::detail::trampoline_kernel<rocprim::ROCPRIM_400200_NS::detail::wrapped_transform_config<rocprim::ROCPRIM_400200_NS::default_config, unsigned long, true>, (rocprim::ROCPRIM_400200_NS::detail::target_arch)950, rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1}, rocprim::ROCPRIM_400200_NS::detail::default_config_selector>(rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1})",
-      "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)")),
+      "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)",
+      # TorchScript's fuser names a fused dtype cast fused__autocast_to__<hash>
+      "fused__autocast_to__12152488584593855096",
+      # Upsampling interpolates each output from a few neighbouring inputs (a weighted sum, like lerp): pointwise
+      "void at::native::(anonymous namespace)::upsample_linear1d_out_frame<float, float>(int, T2, bool, at::GenericPackedTensorAccessor<const T1, (unsigned long)3, at::DefaultPtrTraits, long>, at::GenericPackedTensorAccessor<T1, (unsigned long)3, at::DefaultPtrTraits, long>)")),
 )  # fmt: skip
 
 OTHER = ("other", "other")
