@@ -132,12 +132,13 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     ("memory", "generated_layout", r"^nvfuser (transpose|resize)\b", ("nvfuser_transpose_f0_c1_r0_g0",)),
     # cuDNN v8/v9 and MIOpen convolution engines; "convert" is no convolution.
     ("gemm", "convolution",
-     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask (cudnn|trt)|scudnn|\b[hi] \d+ cudnn\b|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
+     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask( \d+ x)? (cudnn|trt)|scudnn|\b[hi] \d+ cudnn\b|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
      ("void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int, int)",
       "sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel_cudnn",
       "cudnn_infer_volta_scudnn_128x128_relu_medium_nn_v1",
       "trt_ampere_h16816cudnn_64x64_sliced1x2_ldg8_relu_exp_stages_64x5_small_nhwc_linkable_tn_v1",  # TensorRT, fp16 conv
       "void cask_trt::computeOffsetsKernel<(bool)0, (bool)0>(cask_trt::ComputeOffsetsParams)",  # TensorRT conv's index precompute
+      "void cask__5x_cudnn::computeOffsetsKernel<(bool)0, (bool)0>(cask__5x_cudnn::ComputeOffsetsParams)",  # cuDNN 9's copy
       "naive_conv_fwd_nchw_float_double_float",
       "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt256x128x32_wt32x32x8_ws2x1_wr2x2_ta1x8x4x1_1x4x1x64_tb1x8x2x1_1x4x1x64",
       # cuDNN's FFT convolution algorithm: forward/inverse transforms around a pointwise product (P100 nvprof)
@@ -183,12 +184,17 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not. "fill"
     # counts only as the first word: masked_fill reads a mask and an input, it is pointwise.
     ("memory", "copy_layout",
-     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|\bset to value\b|\bstitch\b|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
+     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|\bset to value\b|\bstitch\b|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b|^cupy fill\b|\bghost extractor",
      ("void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda(TensorIteratorBase&)>>(int)",
       "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
       "__amd_rocclr_fillBufferAligned.kd",
       "void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>(unsigned int const *, tensorflow::functor::Dimension<int=3>, tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>*)",  # TF's transpose
-      "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)")),
+      "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)",
+      "cupy_fill",  # CuPy's fill kernel (its ufuncs are pointwise, below)
+      # QUDA launches every kernel through Kernel1D/2D/3D<Functor, Arg>: the functor names it, mangled (S_ is
+      # quda:: named again) or not; GhostExtractor packs a lattice's halo faces into a send buffer
+      "_ZN4quda8Kernel3DINS_10CopyGauge_ENS_12CopyGaugeArgIddLi18ELb0ENS_5gauge11FloatNOrderIdLi18ELi2ELi12EL20QudaStaggeredPhase_s0ELb1EL19QudaGhostExchange_sn2147483648ELb0EEENS3_8QDPOrderIdLi18EEEEELb0EEENSt9enable_ifIXclsr6deviceE14use_kernel_argIT0_EEEvE4typeESC_",
+      "std::enable_if<device::use_kernel_arg<T2>(), void>::type quda::Kernel3D<quda::GhostExtractor, quda::ExtractGhostArg<double, (int)3, quda::gauge::FloatNOrder<double, (int)18, (int)2, (int)12, (QudaStaggeredPhase_s)0, (bool)1, (QudaGhostExchange_s)-2147483648, (bool)0>, (bool)1>, (bool)0>(T2)")),
     ("reduction", "reduce",
      r"reduc|\bdot\b|\bunsorted segment|\bcleanup segments|\bsegment (sum|reduc)|\bbias grad|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
      ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>>(T3)",
@@ -202,7 +208,7 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
@@ -222,6 +228,10 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)",
       # TorchScript's fuser names a fused dtype cast fused__autocast_to__<hash>
       "fused__autocast_to__12152488584593855096",
+      # random number generators: cuRAND's (no namespace) and rocRAND's (its namespace speaks)
+      "void gen_sequenced<curandStateXORWOW, double2, normal_args_double_st, &curand_normal_scaled2_double<curandStateXORWOW>, rng_config<curandStateXORWOW, (curandOrdering)101>>(T1 *, T2 *, unsigned long, unsigned long, T3)",
+      "rocrand_host::detail::init_engines_kernel(rocrand_device::xorwow_engine*, unsigned int, unsigned long long, unsigned long long)",
+      "cupy_absolute__complex128_float64",  # CuPy names an elementwise ufunc kernel cupy_<ufunc>__<dtypes>
       # Upsampling interpolates each output from a few neighbouring inputs (a weighted sum, like lerp): pointwise
       "void at::native::(anonymous namespace)::upsample_linear1d_out_frame<float, float>(int, T2, bool, at::GenericPackedTensorAccessor<const T1, (unsigned long)3, at::DefaultPtrTraits, long>, at::GenericPackedTensorAccessor<T1, (unsigned long)3, at::DefaultPtrTraits, long>)")),
 )  # fmt: skip
@@ -257,12 +267,16 @@ _WRAPPERS = frozenset(
         "gpu_kernel_impl",
         "gpu_kernel_impl_nocast",
         "trampoline_kernel",  # rocPRIM device algorithms: trampoline_kernel<wrapped_reduce_config<...>, ...>
+        "Kernel1D",  # QUDA (lattice QCD): quda::Kernel3D<quda::CopyGauge_, ...> is named by its functor
+        "Kernel2D",
+        "Kernel3D",
     }
 )
 _SCALAR_TYPES = frozenset(
     "void bool char short int long unsigned signed float double half bfloat16 float16 __half __nv_bfloat16 "
     "BFloat16 Half c10 true false const".split()
 )
+_SUBSTITUTION = re.compile(r"S[0-9A-Z]*_")
 _CLONE = re.compile(r"\s*\[clone [^\]]*\]\s*$|\.kd$")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
 _NON_WORD = re.compile(r"[^A-Za-z0-9]+")
@@ -335,6 +349,8 @@ def _source_names(s: str, i: int, nested: bool) -> tuple[list[str], int]:
                 break
         elif s[i] in "KVrL" or s.startswith("St", i):
             i += 2 if s.startswith("St", i) else 1
+        elif m := _SUBSTITUTION.match(s, i):  # S_, S0_: a prefix named earlier (QUDA's quda:: in its arguments)
+            i = m.end()
         else:
             break
     return parts, i
