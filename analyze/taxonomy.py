@@ -108,14 +108,16 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # Apex and TransformerEngine name their LayerNorm kernels ln_fwd/ln_bwd in namespace layer_norm;
     # Inductor spells a decomposed RMSNorm mean_mul_pow_rsqrt and a LayerNorm var_mean_..._rsqrt.
     ("normalization", "norm",
-     r"layer ?norm|rms ?norm|batch ?norm|group ?norm|instance ?norm|\bbn (fw|bw|forward|backward)|welford|rowwise moments|\bln (fwd|bwd|parallel)|gamma beta|\bcu apply (layer|rms)|\bcu compute (part )?grad|\bnorm (fwd|bwd)|\bl 2 (norm|rows)|\bnormalization|\bnorm gated|\bgated norm|\bpow\b.*\brsqrt|\bvar mean\b.*\brsqrt|\bqk norm|^rms ?q?\b",
+     r"layer ?norm|rms ?norm|batch ?norm|group ?norm|instance ?norm|\bbn (fw|bw|forward|backward)|welford|rowwise moments|\bln (fwd|bwd|parallel)|gamma beta|\bcu apply (layer|rms)|\bcu compute (part )?grad|\bnorm (fwd|bwd)|\bl 2 (norm|rows)|\bnormalization|\bnorm gated|\bgated norm|\bpow\b.*\brsqrt|\bvar mean\b.*\brsqrt|\bqk norm|^rms ?q?\b|^normalize kernel\b",
      ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct, float const*)",
       "void layer_norm::ln_fwd_kernel<layer_norm::Kernel_traits<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, unsigned int, 7168u, 1u, 1u, 4u, 16u> >(layer_norm::FwdParams)",
       "void cuApplyLayerNorm<c10::BFloat16, float, c10::BFloat16>(c10::BFloat16*, float*, float*, c10::BFloat16 const*, int, int, float, c10::BFloat16 const*, c10::BFloat16 const*)",  # Apex
       "void transformer_engine::normalization::rmsnorm_fwd_tuned_kernel<transformer_engine::normalization::Kernel_traits<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, unsigned int, 4096u, 1u, 1u, 4u, 16u> >(transformer_engine::normalization::FwdParams)",
       "void flashinfer::norm::RMSNormKernel<(unsigned int)8, __half>(T2 *, T2 *, T2 *, unsigned int, unsigned int, unsigned int, float, float)",
       "MIOpenBatchNormFwdTrainSpatial",
-      "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0")),
+      "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0",
+      # darknet's batch norm: normalize_kernel is its (x - mean) / sqrt(var) step
+      "normalize_kernel(int, float*, float*, float*, int, int, int)")),
     # Compiler-generated kernels are named by their scheduler: Inductor triton_poi/red/per/tem,
     # nvFuser nvfuser_<scheduler>. They come after attention/softmax/norm (a triton_per_..._softmax
     # is a softmax) and before convolution: triton_poi_fused_convolution_0 is the bias epilogue,
@@ -144,9 +146,10 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       # cuDNN's FFT convolution algorithm: forward/inverse transforms around a pointwise product (P100 nvprof)
       "void fft2d_r2c_32x32<__half, bool=0, unsigned int=1, bool=1>(float2*, __half const *, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)")),
     # Pooling before the vendor GEMM row: TensorRT names its pooling kernels sm50_xmma_pooling_*.
-    ("reduction", "pooling", r"\bpool",
+    ("reduction", "pooling", r"\bpool|\b(max|avg)pool",
      ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*, long*)",
-      "sm50_xmma_pooling_coalescedC_NHWC_kMAX_2_False_execute_kernel_trt")),  # TensorRT: xmma says GEMM, pooling says what it does
+      "sm50_xmma_pooling_coalescedC_NHWC_kMAX_2_False_execute_kernel_trt",
+      "forward_maxpool_layer_kernel(int, int, int, int, int, int, int, float*, float*, int*)")),  # darknet  # TensorRT: xmma says GEMM, pooling says what it does
     # Vendor GEMM libraries: cuBLAS (sm80/sm90 xmma, nvjet, ampere_*gemm, gemv2T), cuBLASLt (bmm_* on
     # sm100, splitKreduce), CUTLASS 2/3 (cutlass_80_tensorop_*, cutlass3x_*, device_kernel<GemmKernel>),
     # AMD Tensile/hipBLASLt (Cijk_*: its tuning token ONLL1 is no "nll"), rocBLAS, Composable Kernel
@@ -208,7 +211,7 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activat(e|ion)|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
