@@ -52,9 +52,11 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # Writes into a paged KV cache are copies; before attention because vLLM calls them
     # reshape_and_cache_flash.
     ("memory", "kv_cache",
-     r"reshape and cache|concat and cache|\bcopy blocks|\bswap blocks|\bstore kv|\bset kv|\bwrite kv|\bkv cache (write|store|copy|append)|\bkv append",
+     r"reshape and cache|concat and cache|\bcopy blocks|\bswap blocks|\bstore kv|\bset kv|\bwrite kv|\bkv cache (write|store|copy|append)|\bkv append|\bbatch major kv cache",
      ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(long const*)",
-      "kv_append_t.kd")),
+      "kv_append_t.kd",
+      # FasterTransformer / RTP-LLM write the new K and V into the paged cache in batch-major layout
+      "void fastertransformer::transpose4dBatchMajorKVCache<__half, __half, fastertransformer::KVBlockArray>(__half const*, __half const*, fastertransformer::KVBlockArray, int, int, int, float const*, int const*, int const*)")),
     # FlashAttention 2 (flash_fwd_kernel) and 3 (cutlass::device_kernel<flash::FlashAttnFwdSm90>), cuDNN's
     # SDPA engines and their dO*O / dQ helpers, FlashInfer, xFormers fmha, aiter's asm fmha/mla/pa (the word pa is
     # paged attention), Gated DeltaNet (gdn_*, llama.cpp's gated_delta_net, FLA's *gated_delta_rule*: a
@@ -181,19 +183,23 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void cuda::swiglu_and_per_channel_cast_and_transpose<256, 128, false>(void const*, unsigned char*, float*, int, int, float, __nv_fp8_interpretation_t)")),
     # Sorts, scans and selections; rocPRIM/CUB partition (stream compaction, behind nonzero/unique) too.
     ("reduction", "topk_sort",
-     r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep|\bpartition",
-     ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float, unsigned int>)",)),
+     r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep|\bpartition|\btop ?p\b|\btopp\b|\bcu seq lens",
+     ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float, unsigned int>)",
+      # top-p sampling (FasterTransformer) sorts and selects; cu_seqlens is a prefix sum of the sequence lengths
+      "fastertransformer::topPInitialize(int*, int*, int*, int, int)",
+      "fastertransformer::getCuSeqLensKernel(int*, int const*, int const*, int)")),
     # Copies, fills, gathers and layout changes. ATen's pointwise launchers are named by their functor
     # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not. "fill"
     # counts only as the first word: masked_fill reads a mask and an input, it is pointwise.
     ("memory", "copy_layout",
-     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|\bset to value\b|\bstitch\b|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b|^cupy fill\b|\bghost extractor",
+     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|\bset to value\b|\bstitch\b|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b|^cupy fill\b|\bghost extractor|\blookup\b",
      ("void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda(TensorIteratorBase&)>>(int)",
       "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
       "__amd_rocclr_fillBufferAligned.kd",
       "void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>(unsigned int const *, tensorflow::functor::Dimension<int=3>, tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>*)",  # TF's transpose
       "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)",
-      "cupy_fill",  # CuPy's fill kernel (its ufuncs are pointwise, below)
+      "cupy_fill",
+      "void fastertransformer::lookupHiddenStateOfLastToken<__half>(__half*, __half const*, int const*, int, int, int)",  # a gather  # CuPy's fill kernel (its ufuncs are pointwise, below)
       # QUDA launches every kernel through Kernel1D/2D/3D<Functor, Arg>: the functor names it, mangled (S_ is
       # quda:: named again) or not; GhostExtractor packs a lattice's halo faces into a send buffer
       "_ZN4quda8Kernel3DINS_10CopyGauge_ENS_12CopyGaugeArgIddLi18ELb0ENS_5gauge11FloatNOrderIdLi18ELi2ELi12EL20QudaStaggeredPhase_s0ELb1EL19QudaGhostExchange_sn2147483648ELb0EEENS3_8QDPOrderIdLi18EEEEELb0EEENSt9enable_ifIXclsr6deviceE14use_kernel_argIT0_EEEvE4typeESC_",
@@ -211,7 +217,7 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activat(e|ion)|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activat(e|ion)|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bpenalty|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
@@ -234,7 +240,8 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       # random number generators: cuRAND's (no namespace) and rocRAND's (its namespace speaks)
       "void gen_sequenced<curandStateXORWOW, double2, normal_args_double_st, &curand_normal_scaled2_double<curandStateXORWOW>, rng_config<curandStateXORWOW, (curandOrdering)101>>(T1 *, T2 *, unsigned long, unsigned long, T3)",
       "rocrand_host::detail::init_engines_kernel(rocrand_device::xorwow_engine*, unsigned int, unsigned long long, unsigned long long)",
-      "cupy_absolute__complex128_float64",  # CuPy names an elementwise ufunc kernel cupy_<ufunc>__<dtypes>
+      "cupy_absolute__complex128_float64",
+      "void fastertransformer::batchApplyTemperaturePenalty<float>(float*, float const*, float const*, int, int, int)",  # scales logits  # CuPy names an elementwise ufunc kernel cupy_<ufunc>__<dtypes>
       # Upsampling interpolates each output from a few neighbouring inputs (a weighted sum, like lerp): pointwise
       "void at::native::(anonymous namespace)::upsample_linear1d_out_frame<float, float>(int, T2, bool, at::GenericPackedTensorAccessor<const T1, (unsigned long)3, at::DefaultPtrTraits, long>, at::GenericPackedTensorAccessor<T1, (unsigned long)3, at::DefaultPtrTraits, long>)")),
 )  # fmt: skip
