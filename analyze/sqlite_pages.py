@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +96,28 @@ def _empty(rows: int) -> np.ndarray:
 
 
 def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int, allocate) -> dict[str, np.ndarray] | None:
+    plan = _plan(buf, root)
+    if plan is None:
+        return None
+    words, leaves, ends, page_size, usable = plan
+    out = {name: allocate(int(ends[-1])) for name in cids}
+    done, last_rowid = 0, -(1 << 63)
+    # A few hundred pages at a time: the arrays of each step stay in cache, and the memory
+    # freed by one batch serves the next (fresh pages cost a fault each on these machines).
+    for first in range(0, len(leaves), CHUNK_PAGES):
+        chunk = leaves[first : first + CHUNK_PAGES]
+        end = int(ends[first + len(chunk) - 1])
+        into = [(out[name][done:end], j) for name, j in cids.items()]
+        rowid = _decode(words, chunk, page_size, usable, ncols, into)
+        if rowid is None or (len(rowid) and rowid[0] <= last_rowid):  # rowids rise through the whole table
+            return None
+        last_rowid = rowid[-1] if len(rowid) else last_rowid
+        done = end
+    return out
+
+
+def _plan(buf: np.ndarray, root: int):
+    """The table's leaf pages and rows up to each, with the file's geometry; None where not the plain case."""
     if len(buf) < 512 or buf[18] != 1 or buf[19] != 1:  # 2: WAL mode, whose last writes may live elsewhere
         return None
     page_size = int.from_bytes(buf[16:18].tobytes(), "big")
@@ -106,24 +128,68 @@ def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int, allocate
     if leaves is None:
         return None
     counts = (words.big(_page_start(leaves, page_size) + 3) >> np.uint64(48)).astype(np.int64)
-    ends = np.cumsum(counts)  # rows up to and including each leaf
-    out = {name: allocate(int(ends[-1])) for name in cids}
-    done, last_rowid = 0, -(1 << 63)
-    # A few hundred pages at a time: the arrays of each step stay in cache, and the memory
-    # freed by one batch serves the next (fresh pages cost a fault each on these machines).
-    for first in range(0, len(leaves), CHUNK_PAGES):
-        chunk = leaves[first : first + CHUNK_PAGES]
-        end = int(ends[first + len(chunk) - 1])
-        into = [(out[name][done:end], j) for name, j in cids.items()]
-        rowid = _decode(words, chunk, page_size, usable, ncols, into)
-        if rowid is None:
+    return words, leaves, np.cumsum(counts), page_size, usable  # rows up to and including each leaf
+
+
+class PagesDeclined(Exception):
+    """``integer_chunks`` met a page it does not take after ``last_rowid``: read the rest through SQLite."""
+
+    def __init__(self, last_rowid: int):
+        super().__init__(f"pages declined after rowid {last_rowid}")
+        self.last_rowid = last_rowid
+
+
+def integer_chunks(path: Path, root: int, cids: dict[str, int], ncols: int, rows: int) -> Iterator[dict] | None:
+    """``read_integer_columns`` a piece at a time: dicts of about ``rows`` rows each, plus their "rowid".
+
+    For a table larger than memory (``analyze.windows``): only one piece is held at once. None
+    when the table is not the plain case from the start; a piece found odd later raises
+    ``PagesDeclined`` with the last rowid given, so the caller goes on through SQLite from there.
+    """
+    if sys.byteorder != "little":
+        return None
+    with open(path, "rb") as fh:
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
             return None
-        if len(rowid):
-            if rowid[0] <= last_rowid:  # rowids rise through the whole table
-                return None
-            last_rowid = rowid[-1]
+    buf = np.frombuffer(mm, dtype=np.uint8)
+    try:
+        plan = _plan(buf, root)
+    except (IndexError, ValueError):
+        plan = None
+    if plan is None:
+        return None
+    return _chunks(plan, cids, ncols, max(1, rows))
+
+
+def _chunks(plan, cids: dict[str, int], ncols: int, rows: int) -> Iterator[dict]:
+    """The pieces of ``integer_chunks``: each decoded CHUNK_PAGES leaves a step, as ``_read`` does."""
+    words, leaves, ends, page_size, usable = plan
+    per_page = max(1, int(ends[-1]) // max(len(leaves), 1))
+    step = max(1, rows // per_page)
+    last_rowid, done = -(1 << 63), 0
+    for first in range(0, len(leaves), step):
+        given = last_rowid  # the last rowid of the pieces yielded: where SQLite takes over
+        piece = leaves[first : first + step]
+        end = int(ends[first + len(piece) - 1])
+        out = {name: np.empty(end - done, dtype=np.int64) for name in cids}
+        rowids, at = [], 0
+        for sub in range(0, len(piece), CHUNK_PAGES):
+            chunk = piece[sub : sub + CHUNK_PAGES]
+            stop = int(ends[first + sub + len(chunk) - 1]) - done
+            try:
+                into = [(out[name][at:stop], j) for name, j in cids.items()]
+                rowid = _decode(words, chunk, page_size, usable, ncols, into)
+            except (IndexError, ValueError):
+                rowid = None
+            if rowid is None or (len(rowid) and rowid[0] <= last_rowid):
+                raise PagesDeclined(given)
+            last_rowid = int(rowid[-1]) if len(rowid) else last_rowid
+            rowids.append(rowid)
+            at = stop
         done = end
-    return out
+        yield out | {"rowid": np.concatenate(rowids)}
 
 
 def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, ncols: int, into: list):

@@ -1,0 +1,634 @@
+"""One nsys export larger than memory, analysed a time window at a time.
+
+Why: the in-memory reader holds every kernel, runtime call and NVTX range at once (a 1 GB export took 2.5 GB).
+Here the export is read twice, a piece at a time (``sqlite_pages.integer_chunks``, else SQLite by rowid):
+
+1. ``split``: each row of the kernel, runtime, memcpy, memset and NVTX tables goes to the time window of its
+   start, into a spill file per table (rows of a window in table order). Rows need not come in time order
+   (nsys writes a buffer per thread, and ranks one after another): any order gives the same windows.
+2. ``analyze_windows``: one window at a time, the next one loaded on a thread meanwhile, the window's rows
+   become the same frames the in-memory reader makes (``nsys_sqlite.lean_kernels``, ``runtime_calls``,
+   ``read_memops``), reduced to partial tables that merge exactly:
+
+- per kernel name, memop name and API function: ``stats.ValueCounts`` of (name, duration) pairs. Durations
+  repeat, so the distinct pairs are few; from them count, total, min, max, the median (middle values by rank)
+  and the standard deviation (exact integer moments) are the in-memory figures to the bit. Names are ordered
+  as the in-memory tables order them (first kernel row; smallest string id of an API name).
+- categories, op counts and times: integer sums. GPU busy time: each window's union per device, the last piece
+  carried into the next window (every later op starts in a later window, so the earlier pieces are final).
+- launches: an op's launching call starts before the op does, so it lies in the op's window or an earlier one.
+  Calls of earlier windows are carried while some op of a later window of their process could still have their
+  correlation id (ids at or above the smallest such op's, known from the split).
+
+What needs the whole trace at once is left out of a windowed report, which names it (LEFT_OUT): the
+diagnosis ("Why is it slow"), the NVTX range tables and phases, and the per-rank table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from profiler_kit.analyze.api import API_COLUMNS, VERSION_SUFFIX
+from profiler_kit.analyze.breakdown import KERNEL_STAT_COLUMNS, gpu_ops, kernel_table, op_ids
+from profiler_kit.analyze.errors import InputError
+from profiler_kit.analyze.intervals import interval_union
+from profiler_kit.analyze.memops import MEMOP_COLUMNS, memop_table
+from profiler_kit.analyze.nsys_schema import (
+    GRAPH_TRACE_TABLE,
+    KERNEL_LEAN_COLUMNS,
+    KERNEL_NAME,
+    KERNEL_TABLE,
+    MEMOP_TABLES,
+    MISSING,
+    NVTX_COLUMNS,
+    NVTX_TABLE,
+    RUNTIME_LEAN_COLUMNS,
+    RUNTIME_TABLE,
+    output_columns,
+)
+from profiler_kit.analyze.nsys_sqlite import (
+    Export,
+    check_schema_version,
+    lean_kernels,
+    read_gpus,
+    read_memops,
+    read_metadata,
+    runtime_calls,
+)
+from profiler_kit.analyze.projection import launches
+from profiler_kit.analyze.sqlite_pages import PagesDeclined, integer_chunks
+from profiler_kit.analyze.stats import ValueCounts
+from profiler_kit.analyze.tables import Trace
+from profiler_kit.analyze.taxonomy import CATEGORIES
+
+WINDOW_ROWS = 1 << 20  # kernel rows a window holds on average (about 1M: a few hundred MB of frames)
+MIN_PIECE_ROWS = 1 << 16  # rows read at a time in the first pass, at least (tiny windows need no tiny reads)
+# Report sections a windowed report leaves out: each needs the whole trace at once.
+LEFT_OUT = ("Why is it slow", "NVTX ranges", "Phases", "Ranks")
+NVTX_EVENTS = (59, 60, 70, 71)  # push/pop and start/end ranges (nsys_sqlite.NVTX_RANGE_STYLE)
+# What each table's read takes: (spec, coalesced columns), as the in-memory reader's lean reads.
+READS = {
+    KERNEL_TABLE: (KERNEL_LEAN_COLUMNS, KERNEL_NAME),
+    RUNTIME_TABLE: (RUNTIME_LEAN_COLUMNS, None),
+    **{table: (spec, None) for table, spec in MEMOP_TABLES.items()},
+}
+
+
+def table_pieces(exp: Export, table: str, rows: int) -> Iterator[pd.DataFrame]:
+    """``table``'s read (READS) a piece of about ``rows`` rows at a time, with each row's "rowid".
+
+    From the file's pages where they are plain (``sqlite_pages.integer_chunks``), else, and from where
+    the pages stop being plain, through SQLite in rowid order.
+    """
+    spec, coalesced = READS[table]
+    read = exp.integer_read(table, spec, coalesced)
+    last = -(1 << 63)
+    chunks = integer_chunks(Path(read.path), read.root, dict(read.positions), read.ncols, rows) if read.root else None
+    if chunks is not None:
+        try:
+            for piece in chunks:
+                yield pd.DataFrame(output_columns(read, piece) | {"rowid": piece["rowid"]}, copy=False)
+            return
+        except PagesDeclined as declined:
+            last = declined.last_rowid
+    while True:
+        where = f"WHERE rowid > {last} ORDER BY rowid LIMIT {rows}"
+        piece = exp.read(exp.integer_read(table, spec, coalesced, where=where, raw={"rowid": "rowid"}))
+        if not len(piece):
+            return
+        piece["rowid"] = piece["rowid"].astype(np.int64)
+        yield piece
+        last = int(piece["rowid"].iloc[-1])
+
+
+@dataclass
+class Spill:
+    """One table's rows sorted into time windows, in a file: int64 columns, a window's rows in table order."""
+
+    path: Path
+    columns: list[str]
+    pieces: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # window -> (first row, rows) in the file
+    rows: int = 0
+
+    def add(self, frame: pd.DataFrame, window: np.ndarray) -> None:
+        """Append the rows of ``frame``, row i going to ``window[i]``."""
+        order = np.argsort(window, kind="stable")
+        block = np.ascontiguousarray(frame[self.columns].to_numpy(dtype=np.int64)[order])
+        with open(self.path, "ab") as fh:
+            block.tofile(fh)
+        ordered = window[order]
+        heads = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else []
+        for head, end in zip(heads, [*heads[1:], len(ordered)], strict=True):
+            self.pieces.setdefault(int(ordered[head]), []).append((self.rows + int(head), int(end - head)))
+        self.rows += len(ordered)
+
+    def take(self, window: int) -> pd.DataFrame:
+        """The rows of ``window``, in table order."""
+        width = len(self.columns)
+        parts = []
+        with open(self.path, "rb") as fh:
+            for first, rows in self.pieces.get(window, []):
+                fh.seek(first * width * 8)
+                parts.append(np.fromfile(fh, dtype=np.int64, count=rows * width).reshape(rows, width))
+        block = np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.int64)
+        return pd.DataFrame({c: block[:, i].copy() for i, c in enumerate(self.columns)}, copy=False)
+
+
+@dataclass
+class Split:
+    """What the first pass learnt: the windows' time edges, the spills, and per window and process the smallest
+    correlation id of a GPU op (to know which launch calls a later window may still need)."""
+
+    edges: np.ndarray  # window w holds the rows starting in [edges[w - 1], edges[w]) (the first and last: open)
+    spills: dict[str, Spill]
+    first_op_id: dict[int, dict[int, int]]  # window -> pid -> smallest correlation id of its GPU ops
+    nvtx_ranges: int = 0
+    nvtx_last: int = -(1 << 63)
+    nvtx_span: tuple[int, int] = (1 << 63, -(1 << 63))
+    nvtx_pids: set = field(default_factory=set)  # the processes of the ranges (a trace without GPU ops counts them)
+
+    @property
+    def windows(self) -> int:
+        return len(self.edges) + 1
+
+    def window_of(self, start: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.edges, start, side="right")
+
+    def later_ids(self) -> list[dict[int, int]]:
+        """Per window w: per process, the smallest correlation id of the ops of windows after w."""
+        out, running = [], {}
+        for w in range(self.windows - 1, -1, -1):
+            out.append(dict(running))
+            for pid, cid in self.first_op_id.get(w, {}).items():
+                running[pid] = min(cid, running.get(pid, cid))
+        return out[::-1]
+
+
+def plan_edges(exp: Export, window_rows: int) -> np.ndarray:
+    """Equal time windows from the earliest to the latest start (by the tables' first and last rows),
+    as many as the kernel rows (else all activity rows) over ``window_rows``."""
+    tables = [t for t in (KERNEL_TABLE, RUNTIME_TABLE, *MEMOP_TABLES, NVTX_TABLE) if exp.has(t)]
+    firsts, lasts, rows = [], [], {}
+    for t in tables:
+        for order, into in (("", firsts), (" DESC", lasts)):
+            row = exp.conn.execute(f'SELECT start FROM "{t}" ORDER BY rowid{order} LIMIT 1').fetchone()
+            if row is not None and row[0] is not None:
+                into.append(int(row[0]))
+        rows[t] = exp.conn.execute(f'SELECT max(rowid) FROM "{t}"').fetchone()[0] or 0
+    if not firsts:
+        return np.zeros(0, dtype=np.int64)
+    lo, hi = min(firsts), max(lasts)
+    n = max(1, math.ceil((rows.get(KERNEL_TABLE) or sum(rows.values())) / window_rows))
+    return np.unique(np.array([lo + (hi - lo) * k // n for k in range(1, n)], dtype=np.int64))
+
+
+NVTX_SPILL = ["rowid", "start", "end", "eventType", "textId", "globalTid", "endGlobalTid", "domainId", "text"]
+DOMAIN_CREATE = 75
+
+
+def split(exp: Export, folder: Path, window_rows: int, texts: dict[str, int], domains: list) -> Split:
+    """The first pass: every activity table's rows into the spill of their window (see the module's docstring).
+
+    ``texts`` collects the NVTX texts (text -> code, a spilled row keeps the code), ``domains`` the NVTX domain
+    creations (few, and every window's ranges need them for their names).
+    """
+    edges = plan_edges(exp, window_rows)
+    out = Split(edges, {}, {})
+    piece_rows = max(window_rows, MIN_PIECE_ROWS)
+    for table in (KERNEL_TABLE, *MEMOP_TABLES, RUNTIME_TABLE):
+        if not exp.has(table):
+            continue
+        spill = None
+        for piece in table_pieces(exp, table, piece_rows):
+            spill = spill or Spill(folder / f"{table}.bin", list(piece.columns))
+            window = out.window_of(piece["start"].to_numpy())
+            spill.add(piece, window)
+            if table != RUNTIME_TABLE:
+                _note_first_ids(out.first_op_id, window, piece)
+        if spill is not None:
+            out.spills[table] = spill
+    if exp.has(NVTX_TABLE):
+        _split_nvtx(exp, out, folder, piece_rows, texts, domains)
+    return out
+
+
+def _note_first_ids(first: dict, window: np.ndarray, piece: pd.DataFrame) -> None:
+    cid, pid = piece["correlationId"].to_numpy(), piece["globalPid"].to_numpy() >> 24 & 0xFFFFFF
+    frame = pd.DataFrame({"w": window, "pid": pid, "cid": cid})[cid >= 0]
+    for (w, p), c in frame.groupby(["w", "pid"])["cid"].min().items():
+        here = first.setdefault(int(w), {})
+        here[int(p)] = min(int(c), here.get(int(p), int(c)))
+
+
+def _split_nvtx(exp: Export, out: Split, folder: Path, rows: int, texts: dict, domains: list) -> None:
+    """NVTX rows through SQLite by rowid (their text column keeps the pages from the page reader)."""
+    spill = Spill(folder / "nvtx.bin", NVTX_SPILL)
+    has_text = "text" in exp.columns[NVTX_TABLE]
+    last = -(1 << 63)
+    while True:
+        where = f"WHERE rowid > {last} ORDER BY rowid LIMIT {rows}"
+        piece = exp.read(exp.integer_read(NVTX_TABLE, NVTX_COLUMNS, where=where, raw={"rowid": "rowid"}))
+        if not len(piece):
+            break
+        piece["rowid"] = piece["rowid"].astype(np.int64)
+        first, last = int(piece["rowid"].iloc[0]), int(piece["rowid"].iloc[-1])
+        piece["text"] = _text_codes(exp, piece, first, last, texts) if has_text else -1
+        start, end = piece["start"].to_numpy(), piece["end"].to_numpy()
+        out.nvtx_last = max(out.nvtx_last, int(start.max()), int(end.max()), 0)
+        event = piece["eventType"].to_numpy()
+        domains.append(piece[event == DOMAIN_CREATE])
+        ranges = piece[np.isin(event, NVTX_EVENTS)]
+        out.nvtx_ranges += len(ranges)
+        gtid = ranges["globalTid"].to_numpy()
+        out.nvtx_pids.update(np.unique(np.where(gtid != MISSING, gtid, 0) >> 24 & 0xFFFFFF).tolist())
+        spill.add(ranges, out.window_of(ranges["start"].to_numpy()))
+    out.spills[NVTX_TABLE] = spill
+
+
+def _text_codes(exp: Export, piece: pd.DataFrame, first: int, last: int, texts: dict[str, int]) -> np.ndarray:
+    """Each row's NVTX text as a code of ``texts`` (grown with new ones; -1: none), as ``nsys_sqlite._nvtx_text``."""
+    from profiler_kit.analyze.nsys_sqlite import _text
+
+    rows = exp.query(
+        f'SELECT rowid AS r, CAST("text" AS BLOB) AS t FROM {NVTX_TABLE} '
+        f'WHERE rowid BETWEEN {first} AND {last} AND "text" IS NOT NULL'
+    )
+    codes = np.full(len(piece), -1, dtype=np.int64)
+    if len(rows):
+        uniq, inverse = np.unique(rows["t"].to_numpy(dtype=object).astype(bytes), return_inverse=True)
+        ids = np.array([texts.setdefault(_text(u), len(texts)) for u in uniq], dtype=np.int64)
+        at = np.searchsorted(piece["rowid"].to_numpy(), rows["r"].to_numpy(dtype=np.int64))
+        codes[at] = ids[inverse]
+    return codes
+
+
+class Names:
+    """Global integer ids of names seen window after window, with a key that orders them as the in-memory
+    tables do (the smallest seen: a first row, a string id)."""
+
+    def __init__(self):
+        self.ids: dict[str, int] = {}
+        self.key: list[int] = []
+
+    def of(self, names: pd.Categorical, keys: np.ndarray | None = None) -> np.ndarray:
+        """Ids of the categories of ``names`` (their codes' lookup table), noting each row's key."""
+        ids = np.array([self.ids.setdefault(str(n), len(self.ids)) for n in names.categories], dtype=np.int64)
+        self.key.extend([1 << 62] * (len(self.ids) - len(self.key)))
+        if keys is not None and len(names):
+            codes = names.codes
+            smallest = np.full(len(ids), 1 << 62, dtype=np.int64)
+            np.minimum.at(smallest, codes[codes >= 0], keys[codes >= 0])
+            for i, k in zip(ids.tolist(), smallest.tolist(), strict=True):
+                self.key[i] = min(self.key[i], k)
+        return ids
+
+    def ordered(self) -> list[str]:
+        names = list(self.ids)
+        return [names[i] for i in sorted(range(len(names)), key=lambda i: (self.key[i], i))]
+
+
+@dataclass
+class Partials:
+    """The partial tables of the windows seen so far: everything the report's tables are made of."""
+
+    kernels: ValueCounts = field(default_factory=ValueCounts)
+    kernel_names: Names = field(default_factory=Names)
+    kernel_category: dict[int, str] = field(default_factory=dict)
+    memop_time: ValueCounts = field(default_factory=ValueCounts)
+    memop_bytes: ValueCounts = field(default_factory=ValueCounts)
+    memop_names: Names = field(default_factory=Names)
+    api: ValueCounts = field(default_factory=ValueCounts)
+    api_names: Names = field(default_factory=Names)
+    category_count: np.ndarray = field(default_factory=lambda: np.zeros(len(CATEGORIES), dtype=np.int64))
+    category_ns: np.ndarray = field(default_factory=lambda: np.zeros(len(CATEGORIES), dtype=np.int64))
+    counts: dict[str, int] = field(default_factory=dict)
+    first: int = 1 << 63  # earliest start and latest end: of everything, and of GPU ops
+    last: int = -(1 << 63)
+    gpu_first: int = 1 << 63
+    gpu_last: int = -(1 << 63)
+    busy: dict[int, list[int]] = field(default_factory=dict)  # device -> [finished ns, open piece start, end]
+    pids: set = field(default_factory=set)
+    launch_carry: pd.DataFrame | None = None
+
+    def count(self, name: str, n: int) -> None:
+        self.counts[name] = self.counts.get(name, 0) + int(n)
+
+
+def add_window(p: Partials, trace: Trace, kernel_rowid: np.ndarray, runtime_ids: np.ndarray, later: dict) -> None:
+    """Reduce one window's frames into ``p`` (``later``: per process, the smallest op id of later windows)."""
+    ops = gpu_ops(trace)
+    is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
+    duration = ops["duration_ns"].to_numpy()
+    _add_kernels(p, ops, is_kernel, duration, kernel_rowid)
+    codes = pd.Categorical(ops["category"], categories=CATEGORIES).codes
+    known = codes >= 0
+    p.category_count += np.bincount(codes[known], minlength=len(CATEGORIES))
+    np.add.at(p.category_ns, codes[known], duration[known])
+    memops = trace.memops
+    if len(memops):
+        names = pd.Categorical(memops["name"])
+        ids = p.memop_names.of(names)[names.codes]
+        p.memop_time.add(ids, memops["duration_ns"].to_numpy())
+        p.memop_bytes.add(ids, np.maximum(memops["size_bytes"].to_numpy(), 0))
+    runtime = trace.runtime
+    if len(runtime):
+        names = pd.Categorical(runtime["name"])
+        named = names.codes >= 0
+        ids = p.api_names.of(names, runtime_ids)[names.codes[named]]
+        p.api.add(ids, runtime["duration_ns"].to_numpy()[named])
+    _add_summary(p, trace, ops, is_kernel, duration)
+    _add_launches(p, trace, later)
+
+
+def _add_kernels(p: Partials, ops, is_kernel, duration, rowid) -> None:
+    if not is_kernel.any():
+        return
+    kernel = np.flatnonzero(is_kernel)  # kernels come first in ops, in their rows' order
+    names = pd.Categorical(ops["name"])[kernel].remove_unused_categories()
+    ids = p.kernel_names.of(names, rowid)
+    p.kernels.add(ids[names.codes], duration[kernel])
+    category = pd.Categorical(ops["category"])[kernel]
+    codes, rows = np.unique(names.codes, return_index=True)
+    for code, row in zip(codes.tolist(), rows.tolist(), strict=True):
+        p.kernel_category.setdefault(int(ids[code]), str(category[row]))
+
+
+def _add_summary(p: Partials, trace: Trace, ops: pd.DataFrame, is_kernel: np.ndarray, duration: np.ndarray) -> None:
+    p.count("kernels", is_kernel.sum())
+    p.count("kernel_time_ns", duration[is_kernel].sum())
+    p.count("memops", (~is_kernel).sum())
+    p.count("memop_time_ns", duration[~is_kernel].sum())
+    for df in (ops, trace.runtime):
+        if len(df):
+            p.first = min(p.first, int(df["start_ns"].min()))
+            p.last = max(p.last, int(df["end_ns"].max()))
+    if not len(ops):
+        return
+    p.gpu_first = min(p.gpu_first, int(ops["start_ns"].min()))
+    p.gpu_last = max(p.gpu_last, int(ops["end_ns"].max()))
+    p.pids.update(np.unique(ops["pid"].to_numpy()).tolist())
+    device = ops["device_id"].to_numpy()
+    starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    for d in np.unique(device).tolist():
+        mine = device == d
+        done, *carry = p.busy.get(d, [0])
+        s, e = interval_union(np.r_[starts[mine], carry[:1]], np.r_[ends[mine], carry[1:]])
+        p.busy[d] = [done + int((e[:-1] - s[:-1]).sum()), int(s[-1]), int(e[-1])]
+
+
+def _add_launches(p: Partials, trace: Trace, later: dict) -> None:
+    """Count the ops whose launching call is known; carry the calls a later window's op may still match."""
+    cols = ["start_ns", "end_ns", "pid", "tid", "correlation_id"]
+    calls = trace.runtime[cols]
+    if p.launch_carry is not None and len(p.launch_carry):
+        calls = pd.concat([p.launch_carry, calls], ignore_index=True)
+    matched = launches(op_ids(trace), calls)
+    p.count("launched_ops", len(matched))
+    cid, pid = calls["correlation_id"].to_numpy(), calls["pid"].to_numpy()
+    floor = np.array([later.get(int(x), 1 << 62) for x in pid.tolist()], dtype=np.int64) if len(pid) else cid
+    p.launch_carry = calls[(cid >= 0) & (cid >= floor)].reset_index(drop=True)
+
+
+def tables_of(p: Partials, trace_meta: Trace, split_info: Split) -> dict[str, pd.DataFrame]:
+    """The report's tables from the merged partials (the windowed ``breakdown.analyze_trace``)."""
+    return {
+        "summary": _summary(p, trace_meta, split_info),
+        "kernels": _kernel_table(p),
+        "categories": _categories(p),
+        "memops": _memop_table(p),
+        "api": _api_table(p),
+        "ranges": pd.DataFrame({"range": pd.Series([], dtype=object)}),
+        "phases": pd.DataFrame(columns=["range"]),
+    }
+
+
+def _summary(p: Partials, meta: Trace, s: Split) -> pd.DataFrame:
+    first, last = p.first, p.last
+    if s.nvtx_ranges:
+        first, last = min(first, s.nvtx_span[0]), max(last, s.nvtx_span[1])
+    gpu_span = p.gpu_last - p.gpu_first if p.gpu_first <= p.gpu_last else 0
+    busy = sum(done + end - start for done, start, end in p.busy.values())
+    kernel_ns = p.counts.get("kernel_time_ns", 0)
+    return pd.DataFrame(
+        [
+            {
+                "gpus": ", ".join(sorted(set(meta.gpus["name"].astype(str)))) or "none recorded",
+                "processes": len(p.pids) if p.pids else len(s.nvtx_pids),
+                "trace_span_ns": int(last - first) if first <= last else 0,
+                "gpu_span_ns": int(gpu_span),
+                "kernels": p.counts.get("kernels", 0),
+                "distinct_kernels": len(p.kernel_names.ids),
+                "kernel_time_ns": kernel_ns,
+                "memops": p.counts.get("memops", 0),
+                "memop_time_ns": p.counts.get("memop_time_ns", 0),
+                "gpu_busy_ns": busy,
+                "gpu_busy_frac": busy / gpu_span if gpu_span else np.nan,
+                "nvtx_ranges": s.nvtx_ranges,
+                "launched_ops": p.counts.get("launched_ops", 0),
+                "graph_kernels": 0,
+                "graph_launches": 0,
+                "graph_time_ns": 0,
+                "graph_time_frac": 0.0,
+            }
+        ]
+    )
+
+
+def _ordered_stats(counts: ValueCounts, names: Names) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The names in their table order and the statistics of each, in that order."""
+    order = names.ordered()
+    stats = counts.stats(len(names.ids))
+    at = np.array([names.ids[n] for n in order], dtype=np.int64)
+    return order, {k: v[at] for k, v in stats.items()}
+
+
+def _kernel_table(p: Partials) -> pd.DataFrame:
+    order, stats = _ordered_stats(p.kernels, p.kernel_names)
+    index = pd.CategoricalIndex(pd.Categorical(order, categories=sorted(order)), name="name")
+    category = [p.kernel_category[p.kernel_names.ids[n]] for n in order]
+    out = pd.DataFrame(
+        {"category": pd.Series(category, index=index, dtype=object)}
+        | {col: stats[stat] for col, stat in KERNEL_STAT_COLUMNS.items()},
+        index=index,
+    )
+    return kernel_table(out, None)
+
+
+def _categories(p: Partials) -> pd.DataFrame:
+    out = pd.DataFrame({"count": p.category_count, "total_ns": p.category_ns}, index=pd.Index(CATEGORIES))
+    total = out["total_ns"].sum()
+    out["share_frac"] = out["total_ns"] / total if total else np.nan
+    return out.reset_index(names="category")
+
+
+def _memop_table(p: Partials) -> pd.DataFrame:
+    if not p.memop_names.ids:
+        return pd.DataFrame(columns=MEMOP_COLUMNS)
+    names = sorted(p.memop_names.ids)  # the in-memory table's categories: sorted names
+    at = np.array([p.memop_names.ids[n] for n in names], dtype=np.int64)
+    n = len(p.memop_names.ids)
+    time = {k: v[at] for k, v in p.memop_time.stats(n).items()}
+    size = {k: v[at] for k, v in p.memop_bytes.stats(n).items()}
+    return memop_table(pd.Index(names), time, size)
+
+
+def _api_table(p: Partials) -> pd.DataFrame:
+    if not p.api_names.ids:
+        return pd.DataFrame(columns=API_COLUMNS)
+    order, s = _ordered_stats(p.api, p.api_names)
+    if order == [""]:
+        return pd.DataFrame(columns=API_COLUMNS)
+    out = pd.DataFrame(
+        {
+            "function": pd.Series(order).str.replace(VERSION_SUFFIX, "", regex=True),
+            "count": s["count"],
+            "total_ns": s["total"],
+            "avg_ns": s["avg"],
+            "med_ns": s["med"],
+            "min_ns": s["min"],
+            "max_ns": s["max"],
+            "std_ns": s["std"],
+        }
+    )
+    total = out["total_ns"].sum()
+    out["share_frac"] = out["total_ns"] / total if total else np.nan
+    return out.sort_values(["total_ns", "count"], ascending=False, kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class WindowedResult:
+    """A windowed analysis: the report's tables, the trace's metadata, and how many windows it took."""
+
+    meta: dict
+    tables: dict[str, pd.DataFrame]
+    windows: int
+
+
+def supported(path: Path) -> str | None:
+    """Why ``path`` cannot be windowed (None: it can): CUDA graphs traced whole are not windowed yet."""
+    exp = Export(Path(path))
+    try:
+        if exp.has(GRAPH_TRACE_TABLE) or exp.graph_column is not None:
+            return "CUDA graphs are traced in it"
+        return None
+    finally:
+        exp.close()
+
+
+def analyze_windows(
+    path: str | Path,
+    window_rows: int = WINDOW_ROWS,
+    on_window: Callable[[int, int], None] | None = None,
+    scratch: str | Path | None = None,
+) -> WindowedResult:
+    """The report's tables of one nsys export, read and analysed a time window at a time (module docstring).
+
+    ``on_window(done, windows)`` is called after each window (for a progress bar); the spill files go in a
+    temporary folder under ``scratch`` (default: the system's), removed at the end.
+    """
+    from profiler_kit.analyze.nsys_sqlite import _strings
+
+    path = Path(path)
+    exp = Export(path)
+    try:
+        meta_rows = read_metadata(exp)
+        version = check_schema_version(path, meta_rows)
+        if exp.has(GRAPH_TRACE_TABLE) or exp.graph_column is not None:
+            raise InputError(f"{path}: CUDA graphs are traced in it; a windowed report does not take them yet")
+        strings = _strings(exp)
+        meta = {
+            "source": str(path),
+            "format": "nsys-sqlite",
+            "schema_version": version,
+            "nsys_version": str(meta_rows.get("EXPORT_PRODUCT_VERSION", "unknown")),
+            "platform": str(meta_rows.get("EXPORT_PLATFORM", meta_rows.get("EXPORT_OS", ""))),
+        }
+        gpu_rows = read_gpus(exp)
+        gpus = Trace() if gpu_rows is None else Trace(gpus=gpu_rows).validated()
+        with tempfile.TemporaryDirectory(prefix="profiler-kit-windows-", dir=scratch) as folder:
+            texts: dict[str, int] = {}
+            domains: list[pd.DataFrame] = []
+            info = split(exp, Path(folder), window_rows, texts, domains)
+            partials = _second_pass(exp, info, strings, on_window)
+            if info.nvtx_ranges:
+                info.nvtx_span = _nvtx_span(info)
+        return WindowedResult(meta, tables_of(partials, gpus, info), info.windows)
+    finally:
+        exp.close()
+
+
+def _nvtx_span(info: Split) -> tuple[int, int]:
+    """Earliest start and latest end of the NVTX ranges (unclosed ones end at the last NVTX timestamp)."""
+    spill = info.spills[NVTX_TABLE]
+    first, last = 1 << 63, -(1 << 63)
+    for w in range(info.windows):
+        df = spill.take(w)
+        if len(df):
+            end = df["end"].to_numpy()
+            first = min(first, int(df["start"].min()))
+            last = max(last, int(np.where(end != MISSING, end, info.nvtx_last).max()))
+    return first, last
+
+
+def _second_pass(exp: Export, info: Split, strings: pd.Series, on_window) -> Partials:
+    """Each window's frames reduced into Partials; the next window is loaded on a thread meanwhile."""
+    partials = Partials()
+    later = info.later_ids()
+
+    def load(w: int) -> dict[str, pd.DataFrame]:
+        return {t: spill.take(w) for t, spill in info.spills.items() if t != NVTX_TABLE}
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        coming = pool.submit(load, 0)
+        for w in range(info.windows):
+            rows = coming.result()
+            if w + 1 < info.windows:
+                coming = pool.submit(load, w + 1)
+            trace, kernel_rowid, runtime_ids = _window_trace(exp, rows, strings)
+            add_window(partials, trace, kernel_rowid, runtime_ids, later[w])
+            if on_window is not None:
+                on_window(w + 1, info.windows)
+    return partials
+
+
+def _window_trace(exp: Export, rows: dict[str, pd.DataFrame], strings: pd.Series):
+    """One window's rows as the in-memory reader's frames, with each kernel's rowid and each call's name id."""
+    trace = Trace()
+    kernel_rowid = runtime_ids = np.zeros(0, dtype=np.int64)
+    kernels = rows.get(KERNEL_TABLE)
+    if kernels is not None and len(kernels):
+        kernel_rowid = kernels["rowid"].to_numpy()
+        trace.kernels = lean_kernels(kernels.drop(columns="rowid"), strings)
+    memops = {t: rows[t].drop(columns="rowid") for t in MEMOP_TABLES if t in rows and len(rows[t])}
+    if memops:
+        trace.memops = read_memops(exp, memops)
+    runtime = rows.get(RUNTIME_TABLE)
+    if runtime is not None and len(runtime):
+        runtime_ids = runtime["nameId"].to_numpy()
+        trace.runtime = runtime_calls(runtime.drop(columns="rowid"), strings)
+    return trace.validated(), kernel_rowid, runtime_ids
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (Linux's MemAvailable; elsewhere the physical memory)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def wants_windows(path: Path, share: float = 0.2) -> bool:
+    """Whether an export is larger than ``share`` of the memory available (the in-memory report takes ~2.5x its size)."""
+    return path.suffix == ".sqlite" and path.stat().st_size > share * available_memory()
