@@ -27,7 +27,6 @@ diagnosis ("Why is it slow"), the NVTX range tables and phases, and the per-rank
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -68,11 +67,9 @@ from profiler_kit.analyze.sqlite_pages import PagesDeclined, integer_chunks
 from profiler_kit.analyze.stats import ValueCounts
 from profiler_kit.analyze.tables import Trace
 from profiler_kit.analyze.taxonomy import CATEGORIES
+from profiler_kit.analyze.windowing import WINDOW_ROWS
 
-WINDOW_ROWS = 1 << 20  # kernel rows a window holds on average (about 1M: a few hundred MB of frames)
 MIN_PIECE_ROWS = 1 << 16  # rows read at a time in the first pass, at least (tiny windows need no tiny reads)
-# Report sections a windowed report leaves out: each needs the whole trace at once.
-LEFT_OUT = ("Why is it slow", "NVTX ranges", "Phases", "Ranks")
 NVTX_EVENTS = (59, 60, 70, 71)  # push/pop and start/end ranges (nsys_sqlite.NVTX_RANGE_STYLE)
 # What each table's read takes: (spec, coalesced columns), as the in-memory reader's lean reads.
 READS = {
@@ -512,17 +509,6 @@ class WindowedResult:
     windows: int
 
 
-def supported(path: Path) -> str | None:
-    """Why ``path`` cannot be windowed (None: it can): CUDA graphs traced whole are not windowed yet."""
-    exp = Export(Path(path))
-    try:
-        if exp.has(GRAPH_TRACE_TABLE) or exp.graph_column is not None:
-            return "CUDA graphs are traced in it"
-        return None
-    finally:
-        exp.close()
-
-
 def analyze_windows(
     path: str | Path,
     window_rows: int = WINDOW_ROWS,
@@ -615,20 +601,3 @@ def _window_trace(exp: Export, rows: dict[str, pd.DataFrame], strings: pd.Series
         runtime_ids = runtime["nameId"].to_numpy()
         trace.runtime = runtime_calls(runtime.drop(columns="rowid"), strings)
     return trace.validated(), kernel_rowid, runtime_ids
-
-
-def available_memory() -> int:
-    """Bytes of memory available now (Linux's MemAvailable; elsewhere the physical memory)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def wants_windows(path: Path, share: float = 0.2) -> bool:
-    """Whether an export is larger than ``share`` of the memory available (the in-memory report takes ~2.5x its size)."""
-    return path.suffix == ".sqlite" and path.stat().st_size > share * available_memory()
