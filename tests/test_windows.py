@@ -1,0 +1,162 @@
+"""An export read a time window at a time (analyze/windows.py) gives the report the in-memory reader gives.
+
+Compared byte for byte: the markdown and CSV of the same report built from both analyses (the windowed one
+leaves out the sections that need the whole trace: LEFT_OUT), and through the CLI, where the in-memory
+report with those sections cut out must equal the windowed one but for the windowed sentence.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from profiler_kit.analyze.nsys_schema import Catalog
+from profiler_kit.analyze.sources import Source
+from profiler_kit.analyze.sqlite_pages import integer_chunks, read_integer_columns
+from profiler_kit.analyze.stats import ValueCounts, group_stats
+from profiler_kit.analyze.windowing import LEFT_OUT
+from profiler_kit.analyze.windows import analyze_windows, plan_edges
+
+from profiler_kit.build import TraceResult, analyze_source, build_report
+from profiler_kit.cli import cli
+from profiler_kit.output import render_report_files
+from tests.conftest import FIXTURES, ROOT, SHARED_DATA
+
+SHARED = sorted((SHARED_DATA / "nsys_sqlite").glob("*.sqlite")) if (SHARED_DATA / "nsys_sqlite").is_dir() else []
+CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
+SMALLEST_GPU = "zx3xyy__assignment2-systems__result_2_7B_nvtx.sqlite"
+
+
+def replicate(src: Path, dst: Path, copies: int) -> None:
+    """benchmarks/bench_report.py's replication along time (the benchmark's own code)."""
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "bench_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.replicate(src, dst, copies)
+
+
+def rendered(path: Path, rows: int) -> tuple[dict, dict, int]:
+    """The report files (md and csv) from the windowed analysis and from the in-memory one, and the windows."""
+    windowed = analyze_windows(path, rows)
+    whole = analyze_source(Source(path, "nsys-sqlite"), path.name)
+    meta = windowed.meta | {"windows": windowed.windows}
+    # the in-memory tables the windowed report has, with what it leaves out left out
+    tables = {name: whole.tables[name] for name in windowed.tables} | {
+        name: windowed.tables[name] for name in ("ranges", "phases")
+    }
+    out = []
+    for t in (windowed.tables, tables):
+        report = build_report([TraceResult(path.name, str(path), meta, t)])
+        out.append(render_report_files(report, "report", "md", html=False) | render_report_files(report, "r", "csv"))
+    return out[0], out[1], windowed.windows
+
+
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name[:30])
+def test_windowed_report_equals_in_memory_on_shared_exports(path):
+    with sqlite3.connect(path) as con:
+        tables = {t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        table = next((t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS") if t in tables), None)
+        rows = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table else 0
+    windowed, whole, windows = rendered(path, max(7, rows // 6))  # about six windows
+    assert windows > 1 or not rows
+    assert windowed == whole
+
+
+def test_windowed_report_of_tiny_windows_equals_in_memory():
+    windowed, whole, windows = rendered(CPU_FIXTURE, 7)
+    assert windows >= 8 and windowed == whole
+
+
+def test_replicated_export_in_many_windows_equals_in_memory(tmp_path):
+    src = SHARED_DATA / "nsys_sqlite" / SMALLEST_GPU
+    if not src.exists():
+        pytest.skip("shared export absent")
+    big = tmp_path / "big.sqlite"
+    replicate(src, big, 3)
+    windowed, whole, windows = rendered(big, 2000)
+    assert windows >= 10 and windowed == whole
+    # kernels launched in an earlier window than their own (the carried launch calls), and there are many
+    with sqlite3.connect(big) as con:
+        pairs = np.array(
+            con.execute(
+                "SELECT k.start, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"
+            ).fetchall()
+        )
+    cat = Catalog(big)
+    edges = plan_edges(cat, 2000)
+    cat.close()
+    crossing = np.searchsorted(edges, pairs[:, 0], "right") > np.searchsorted(edges, pairs[:, 1], "right")
+    assert crossing.sum() >= 10
+
+
+def test_cli_window_leaves_out_only_the_named_sections(tmp_path):
+    src = SHARED_DATA / "nsys_sqlite" / SMALLEST_GPU
+    if not src.exists():
+        pytest.skip("shared export absent")
+    runner = CliRunner()
+    for args, out in ((["--window", "--window-rows", "1000"], "w"), ([], "m")):
+        res = runner.invoke(cli, ["report", str(src), "-o", str(tmp_path / out), "--no-cache", "--no-html", *args])
+        assert res.exit_code == 0, res.output
+    windowed = (tmp_path / "w" / "report.md").read_text().splitlines()
+    whole = (tmp_path / "m" / "report.md").read_text().splitlines()
+    note = [i for i, line in enumerate(windowed) if line.startswith("Read in ")]
+    assert len(note) == 1 and all(name in windowed[note[0]] for name in LEFT_OUT)
+    del windowed[note[0] : note[0] + 2]
+    assert "\n".join(without_left_out(whole)).rstrip() == "\n".join(windowed).rstrip()
+    assert any("kernels by GPU time" in line for line in windowed)  # the tables are there
+
+
+def without_left_out(lines: list[str]) -> list[str]:
+    """Markdown lines without the sections LEFT_OUT names and the findings' lines."""
+    out, skipping = [], None
+    for line in lines:
+        level = len(line) - len(line.lstrip("#")) if line.startswith("#") else None
+        if skipping is not None and level is not None and level <= skipping:
+            skipping = None
+        if level is not None and line.lstrip("#").strip() in LEFT_OUT:
+            skipping = level
+        if skipping is None and not line.startswith("Finding"):
+            out.append(line)
+    cleaned = []
+    for line in out:  # the blank line each finding left
+        if not (line == "" and cleaned and cleaned[-1] == ""):
+            cleaned.append(line)
+    return cleaned
+
+
+def test_integer_chunks_give_the_whole_table_piece_by_piece():
+    src = SHARED[0] if SHARED else CPU_FIXTURE
+    cat = Catalog(src)
+    table = next(t for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS") if cat.has(t))
+    read = cat.integer_read(table, (("start",), ()))
+    cat.close()
+    whole = read_integer_columns(Path(read.path), read.root, dict(read.positions), read.ncols)
+    chunks = integer_chunks(Path(read.path), read.root, dict(read.positions), read.ncols, 50)
+    if whole is None:
+        assert chunks is None
+        return
+    pieces = list(chunks)
+    assert len(pieces) > 3
+    assert np.array_equal(np.concatenate([p["start"] for p in pieces]), whole["start"])
+    rowid = np.concatenate([p["rowid"] for p in pieces])
+    assert (np.diff(rowid) > 0).all()
+
+
+def test_value_counts_merged_equal_group_stats_to_the_bit():
+    rng = np.random.default_rng(7)
+    codes = rng.integers(0, 6, 30000)
+    values = np.where(rng.random(30000) < 0.5, rng.integers(0, 50, 30000), rng.integers(0, 10**12, 30000))
+    counts = ValueCounts()
+    for part in np.array_split(np.arange(len(codes)), 9):
+        counts.add(codes[part], values[part])
+    merged, whole = counts.stats(7), group_stats(codes, values, 7)
+    for stat in whole:
+        assert np.array_equal(merged[stat], whole[stat], equal_nan=True), stat
+    for g in range(6):  # the exact-moment std against a plain two-pass one
+        x = values[codes == g].astype(float)
+        assert whole["std"][g] == pytest.approx(x.std(ddof=1), rel=1e-12)
