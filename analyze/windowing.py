@@ -11,7 +11,7 @@ from pathlib import Path
 
 WINDOW_ROWS = 1 << 20  # kernel rows a window holds on average (about 1M: a few hundred MB of frames)
 # Report sections a windowed report leaves out: each needs the whole trace at once.
-LEFT_OUT = ("Why is it slow", "NVTX ranges", "Phases", "Ranks")
+LEFT_OUT = ("Why is it slow", "Ranks")
 MEMORY_SHARE = 0.2  # an export larger than this share of the memory available is read in windows
 
 

@@ -20,8 +20,11 @@ Here the export is read twice, a piece at a time (``sqlite_pages.integer_chunks`
   Calls of earlier windows are carried while some op of a later window of their process could still have their
   correlation id (ids at or above the smallest such op's, known from the split).
 
-What needs the whole trace at once is left out of a windowed report, which names it (LEFT_OUT): the
-diagnosis ("Why is it slow"), the NVTX range tables and phases, and the per-rank table.
+- NVTX ranges (``analyze.window_ranges``): ranges are carried from window to window while a launch still to come
+  could lie inside them; per range name the CPU statistics are ValueCounts, the rest integer sums.
+
+What needs the whole trace at once is left out of a windowed report, which names it (``windowing.LEFT_OUT``):
+the diagnosis ("Why is it slow": launch gaps, sequences, idle time need every op in order) and the per-rank table.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from profiler_kit.analyze.nsys_sqlite import (
     Export,
     check_schema_version,
     lean_kernels,
+    nvtx_ranges,
     read_gpus,
     read_memops,
     read_metadata,
@@ -65,8 +69,9 @@ from profiler_kit.analyze.nsys_sqlite import (
 from profiler_kit.analyze.projection import launches
 from profiler_kit.analyze.sqlite_pages import PagesDeclined, integer_chunks
 from profiler_kit.analyze.stats import ValueCounts
-from profiler_kit.analyze.tables import Trace
+from profiler_kit.analyze.tables import NVTX_RANGES, Trace, validate
 from profiler_kit.analyze.taxonomy import CATEGORIES
+from profiler_kit.analyze.window_ranges import RangeWindows
 from profiler_kit.analyze.windowing import WINDOW_ROWS
 
 MIN_PIECE_ROWS = 1 << 16  # rows read at a time in the first pass, at least (tiny windows need no tiny reads)
@@ -149,7 +154,6 @@ class Split:
     first_op_id: dict[int, dict[int, int]]  # window -> pid -> smallest correlation id of its GPU ops
     nvtx_ranges: int = 0
     nvtx_last: int = -(1 << 63)
-    nvtx_span: tuple[int, int] = (1 << 63, -(1 << 63))
     nvtx_pids: set = field(default_factory=set)  # the processes of the ranges (a trace without GPU ops counts them)
 
     @property
@@ -319,8 +323,9 @@ class Partials:
         self.counts[name] = self.counts.get(name, 0) + int(n)
 
 
-def add_window(p: Partials, trace: Trace, kernel_rowid: np.ndarray, runtime_ids: np.ndarray, later: dict) -> None:
-    """Reduce one window's frames into ``p`` (``later``: per process, the smallest op id of later windows)."""
+def add_window(p: Partials, trace: Trace, kernel_rowid: np.ndarray, runtime_ids: np.ndarray, later: dict):
+    """Reduce one window's frames into ``p`` (``later``: per process, the smallest op id of later windows); its ops
+    (``gpu_ops``) and their launching calls (``projection.launches``) for the range tables."""
     ops = gpu_ops(trace)
     is_kernel = ops["is_kernel"].to_numpy(dtype=bool)
     duration = ops["duration_ns"].to_numpy()
@@ -342,7 +347,7 @@ def add_window(p: Partials, trace: Trace, kernel_rowid: np.ndarray, runtime_ids:
         ids = p.api_names.of(names, runtime_ids)[names.codes[named]]
         p.api.add(ids, runtime["duration_ns"].to_numpy()[named])
     _add_summary(p, trace, ops, is_kernel, duration)
-    _add_launches(p, trace, later)
+    return ops, _add_launches(p, trace, later)
 
 
 def _add_kernels(p: Partials, ops, is_kernel, duration, rowid) -> None:
@@ -363,7 +368,7 @@ def _add_summary(p: Partials, trace: Trace, ops: pd.DataFrame, is_kernel: np.nda
     p.count("kernel_time_ns", duration[is_kernel].sum())
     p.count("memops", (~is_kernel).sum())
     p.count("memop_time_ns", duration[~is_kernel].sum())
-    for df in (ops, trace.runtime):
+    for df in (ops, trace.runtime, trace.nvtx):
         if len(df):
             p.first = min(p.first, int(df["start_ns"].min()))
             p.last = max(p.last, int(df["end_ns"].max()))
@@ -381,7 +386,7 @@ def _add_summary(p: Partials, trace: Trace, ops: pd.DataFrame, is_kernel: np.nda
         p.busy[d] = [done + int((e[:-1] - s[:-1]).sum()), int(s[-1]), int(e[-1])]
 
 
-def _add_launches(p: Partials, trace: Trace, later: dict) -> None:
+def _add_launches(p: Partials, trace: Trace, later: dict) -> pd.DataFrame:
     """Count the ops whose launching call is known; carry the calls a later window's op may still match."""
     cols = ["start_ns", "end_ns", "pid", "tid", "correlation_id"]
     calls = trace.runtime[cols]
@@ -392,25 +397,22 @@ def _add_launches(p: Partials, trace: Trace, later: dict) -> None:
     cid, pid = calls["correlation_id"].to_numpy(), calls["pid"].to_numpy()
     floor = np.array([later.get(int(x), 1 << 62) for x in pid.tolist()], dtype=np.int64) if len(pid) else cid
     p.launch_carry = calls[(cid >= 0) & (cid >= floor)].reset_index(drop=True)
+    return matched
 
 
-def tables_of(p: Partials, trace_meta: Trace, split_info: Split) -> dict[str, pd.DataFrame]:
+def tables_of(p: Partials, trace_meta: Trace, split_info: Split, ranges: RangeWindows) -> dict[str, pd.DataFrame]:
     """The report's tables from the merged partials (the windowed ``breakdown.analyze_trace``)."""
-    return {
+    return ranges.tables() | {
         "summary": _summary(p, trace_meta, split_info),
         "kernels": _kernel_table(p),
         "categories": _categories(p),
         "memops": _memop_table(p),
         "api": _api_table(p),
-        "ranges": pd.DataFrame({"range": pd.Series([], dtype=object)}),
-        "phases": pd.DataFrame(columns=["range"]),
     }
 
 
 def _summary(p: Partials, meta: Trace, s: Split) -> pd.DataFrame:
     first, last = p.first, p.last
-    if s.nvtx_ranges:
-        first, last = min(first, s.nvtx_span[0]), max(last, s.nvtx_span[1])
     gpu_span = p.gpu_last - p.gpu_first if p.gpu_first <= p.gpu_last else 0
     busy = sum(done + end - start for done, start, end in p.busy.values())
     kernel_ns = p.counts.get("kernel_time_ns", 0)
@@ -543,34 +545,20 @@ def analyze_windows(
             texts: dict[str, int] = {}
             domains: list[pd.DataFrame] = []
             info = split(exp, Path(folder), window_rows, texts, domains)
-            partials = _second_pass(exp, info, strings, on_window)
-            if info.nvtx_ranges:
-                info.nvtx_span = _nvtx_span(info)
-        return WindowedResult(meta, tables_of(partials, gpus, info), info.windows)
+            partials, ranges = _second_pass(exp, info, strings, texts, domains, on_window)
+        return WindowedResult(meta, tables_of(partials, gpus, info, ranges), info.windows)
     finally:
         exp.close()
 
 
-def _nvtx_span(info: Split) -> tuple[int, int]:
-    """Earliest start and latest end of the NVTX ranges (unclosed ones end at the last NVTX timestamp)."""
-    spill = info.spills[NVTX_TABLE]
-    first, last = 1 << 63, -(1 << 63)
-    for w in range(info.windows):
-        df = spill.take(w)
-        if len(df):
-            end = df["end"].to_numpy()
-            first = min(first, int(df["start"].min()))
-            last = max(last, int(np.where(end != MISSING, end, info.nvtx_last).max()))
-    return first, last
-
-
-def _second_pass(exp: Export, info: Split, strings: pd.Series, on_window) -> Partials:
-    """Each window's frames reduced into Partials; the next window is loaded on a thread meanwhile."""
-    partials = Partials()
+def _second_pass(exp: Export, info: Split, strings: pd.Series, texts: dict, domains: list, on_window):
+    """Each window's frames reduced into Partials and RangeWindows; the next window is loaded on a thread meanwhile."""
+    partials, ranges = Partials(), RangeWindows(info.nvtx_ranges > 0)
     later = info.later_ids()
+    nvtx = Nvtx(np.array(list(texts), dtype=object), pd.concat(domains, ignore_index=True) if domains else None)
 
     def load(w: int) -> dict[str, pd.DataFrame]:
-        return {t: spill.take(w) for t, spill in info.spills.items() if t != NVTX_TABLE}
+        return {t: spill.take(w) for t, spill in info.spills.items()}
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         coming = pool.submit(load, 0)
@@ -578,15 +566,32 @@ def _second_pass(exp: Export, info: Split, strings: pd.Series, on_window) -> Par
             rows = coming.result()
             if w + 1 < info.windows:
                 coming = pool.submit(load, w + 1)
-            trace, kernel_rowid, runtime_ids = _window_trace(exp, rows, strings)
-            add_window(partials, trace, kernel_rowid, runtime_ids, later[w])
+            trace, kernel_rowid, runtime_ids = _window_trace(exp, rows, strings, nvtx, info.nvtx_last)
+            ops, launched = add_window(partials, trace, kernel_rowid, runtime_ids, later[w])
+            ranges.add(trace.nvtx if len(trace.nvtx) else None, ops, launched, kernel_rowid)
+            carried = partials.launch_carry
+            before = int(info.edges[w]) if w < len(info.edges) else 1 << 62
+            if carried is not None and len(carried):
+                before = min(before, int(carried["start_ns"].min()))
+            ranges.evict(before)
             if on_window is not None:
                 on_window(w + 1, info.windows)
-    return partials
+    return partials, ranges
 
 
-def _window_trace(exp: Export, rows: dict[str, pd.DataFrame], strings: pd.Series):
-    """One window's rows as the in-memory reader's frames, with each kernel's rowid and each call's name id."""
+@dataclass
+class Nvtx:
+    """What every window's NVTX rows need from the whole table: its texts by code and its domain creations."""
+
+    texts: np.ndarray
+    domains: pd.DataFrame | None
+
+
+def _window_trace(exp: Export, rows: dict[str, pd.DataFrame], strings: pd.Series, nvtx: Nvtx, last: int):
+    """One window's rows as the in-memory reader's frames, with each kernel's rowid and each call's name id.
+
+    Its NVTX ranges are indexed by their rowid (an unclosed one ends at ``last``, the table's last timestamp).
+    """
     trace = Trace()
     kernel_rowid = runtime_ids = np.zeros(0, dtype=np.int64)
     kernels = rows.get(KERNEL_TABLE)
@@ -600,4 +605,13 @@ def _window_trace(exp: Export, rows: dict[str, pd.DataFrame], strings: pd.Series
     if runtime is not None and len(runtime):
         runtime_ids = runtime["nameId"].to_numpy()
         trace.runtime = runtime_calls(runtime.drop(columns="rowid"), strings)
-    return trace.validated(), kernel_rowid, runtime_ids
+    trace = trace.validated()
+    events = rows.get(NVTX_TABLE)
+    if events is not None and len(events):
+        if nvtx.domains is not None and len(nvtx.domains):
+            events = pd.concat([nvtx.domains, events], ignore_index=True)
+        ranges = nvtx_ranges(events, events["text"].to_numpy(), nvtx.texts, strings, details=False, last=last)
+        if ranges is not None:
+            rowid = events["rowid"].to_numpy()[np.isin(events["eventType"].to_numpy(), NVTX_EVENTS)]
+            trace.nvtx = validate(ranges, NVTX_RANGES).set_axis(pd.Index(rowid), axis=0)
+    return trace, kernel_rowid, runtime_ids

@@ -44,10 +44,8 @@ def rendered(path: Path, rows: int) -> tuple[dict, dict, int]:
     windowed = analyze_windows(path, rows)
     whole = analyze_source(Source(path, "nsys-sqlite"), path.name)
     meta = windowed.meta | {"windows": windowed.windows}
-    # the in-memory tables the windowed report has, with what it leaves out left out
-    tables = {name: whole.tables[name] for name in windowed.tables} | {
-        name: windowed.tables[name] for name in ("ranges", "phases")
-    }
+    tables = {name: whole.tables[name] for name in windowed.tables}  # the in-memory ones, less what is left out
+    assert {"ranges", "range_groups", "range_group_kernels", "phases", "phase_kernels"} <= set(tables)
     out = []
     for t in (windowed.tables, tables):
         report = build_report([TraceResult(path.name, str(path), meta, t)])
