@@ -75,7 +75,7 @@ def test_replicated_export_in_many_windows_equals_in_memory(tmp_path):
         pytest.skip("shared export absent")
     big = tmp_path / "big.sqlite"
     replicate(src, big, 3)
-    windowed, whole, windows = rendered(big, 2000)
+    windowed, whole, windows = rendered(big, 1000)
     assert windows >= 10 and windowed == whole
     # kernels launched in an earlier window than their own (the carried launch calls), and there are many
     with sqlite3.connect(big) as con:
@@ -86,10 +86,13 @@ def test_replicated_export_in_many_windows_equals_in_memory(tmp_path):
             ).fetchall()
         )
     cat = Catalog(big)
-    edges = plan_edges(cat, 2000)
+    edges = plan_edges(cat, 1000)
     cat.close()
     crossing = np.searchsorted(edges, pairs[:, 0], "right") > np.searchsorted(edges, pairs[:, 1], "right")
     assert crossing.sum() >= 10
+    with sqlite3.connect(big) as con:  # and NVTX ranges that span window edges (carried from window to window)
+        spans = np.array(con.execute("SELECT start, end FROM NVTX_EVENTS WHERE end IS NOT NULL").fetchall())
+    assert (np.searchsorted(edges, spans[:, 0], "right") < np.searchsorted(edges, spans[:, 1], "right")).sum() >= 5
 
 
 def test_cli_window_leaves_out_only_the_named_sections(tmp_path):
