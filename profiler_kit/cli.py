@@ -431,7 +431,7 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
     is_flag=True,
     help="Read each nsys SQLite export a time window at a time (memory bounded by the window, not the export); "
     "automatic for an export larger than a fifth of the memory available. Leaves out what needs the whole trace "
-    "at once (the diagnosis, NVTX ranges and phases, ranks) and says so.",
+    "at once (the diagnosis and the per-rank table) and says so.",
 )
 @click.option("--window-rows", type=click.IntRange(min=1), default=None, hidden=True)
 @strict_option
