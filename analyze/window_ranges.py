@@ -102,7 +102,8 @@ class Sums:
 class Pairs:
     """Per (range name, kernel name) pair: ``summarize_range_kernels``' sums, merged over windows."""
 
-    ids: Ids = field(default_factory=Ids)  # "name id/kernel" text of each pair
+    pair_ids: dict = field(default_factory=dict)  # name id << 32 | kernel id -> pair id
+    kernel_ids: Ids = field(default_factory=Ids)  # kernel names
     name: list[int] = field(default_factory=list)
     kernel: list[str] = field(default_factory=list)
     category: list[str] = field(default_factory=list)
@@ -111,27 +112,26 @@ class Pairs:
     first: dict = field(default_factory=dict)  # (pair, thread) -> smallest (range rowid, launch start, kernel row)
     names_with_pairs: set = field(default_factory=set)
 
-    def add(self, name, kernel, category, rowid, op_key, thread, dedupe_key, is_kernel):
-        """One window's (range, op) pairs: range name ids, kernel names, categories, range rowids, op order keys
-        (launch start, kernel row), threads; a pair counts once per ``dedupe_key`` (name, op)."""
+    def add(self, name, kernel: pd.Categorical, category, rowid, op_key, thread, dedupe_key, is_kernel):
+        """One window's (range, op) pairs: range name ids, kernel names, category codes, range rowids, op keys
+        (launch start, kernel row, duration), threads; a pair counts once per ``dedupe_key`` (name, op)."""
         self.names_with_pairs.update(np.unique(name).tolist())
         k = np.flatnonzero(is_kernel)
         if not len(k):
             return
-        name, kernel, category, rowid, thread = name[k], kernel[k], category[k], rowid[k], thread[k]
+        kernel_ids = self.kernel_ids.of([str(c) for c in kernel.categories])[kernel.codes[k]]
+        name, category, rowid, thread = name[k], category[k], rowid[k], thread[k]
         op_key, dedupe_key = op_key[k], dedupe_key[k]
-        texts = [f"{n}/{kn}" for n, kn in zip(name.tolist(), kernel.tolist(), strict=True)]
-        uniq, inverse = np.unique(np.array(texts, dtype=object), return_inverse=True)
-        ids = self.ids.of(list(uniq))[inverse]
-        fresh = len(self.ids.ids) - len(self.name)
+        uniq, at, inverse = np.unique((name << 32) | kernel_ids, return_index=True, return_inverse=True)
+        fresh = [i for i, u in enumerate(uniq.tolist()) if u not in self.pair_ids]
+        for i in fresh:
+            self.pair_ids[int(uniq[i])] = len(self.pair_ids)
+            self.name.append(int(name[at[i]]))
+            self.kernel.append(self.kernel_ids.texts()[kernel_ids[at[i]]])
+            self.category.append(CATEGORIES[category[at[i]]] if category[at[i]] >= 0 else "")
         if fresh:
-            first = np.unique(ids, return_index=True)[1]
-            for i in first:
-                if ids[i] >= len(self.name):
-                    self.name.append(int(name[i]))
-                    self.kernel.append(str(kernel[i]))
-                    self.category.append(str(category[i]))
-            self.sums = np.vstack([self.sums, np.zeros((fresh, 3), np.int64)])
+            self.sums = np.vstack([self.sums, np.zeros((len(fresh), 3), np.int64)])
+        ids = np.array([self.pair_ids[u] for u in uniq.tolist()], dtype=np.int64)[inverse]
         _, once = np.unique(dedupe_key, return_index=True)
         np.add.at(self.sums[:, 1], ids[once], 1)
         np.add.at(self.sums[:, 2], ids[once], op_key[once, 2])
@@ -275,19 +275,19 @@ class RangeWindows:
         sums = self.phase if phase else self.own
         once = _once(label * width + op_row, is_kernel)
         sums.add_kernels(label[once], category[once], duration[once])
-        kernel_names = np.asarray(pd.Categorical(pairs["name"]).astype(str), dtype=object)
+        kernel_names = pd.Categorical(pairs["name"])
         rowid = pairs["range_row"].to_numpy()
         op_key = np.stack([launch_start[op_row], op_order[op_row], duration], axis=1)
         if phase:
             thread = alive["pid"].to_numpy()[pos]
-            self.phase_pairs.add(label, kernel_names, category_names(category), rowid, op_key, thread,
+            self.phase_pairs.add(label, kernel_names, category, rowid, op_key, thread,
                                  label * width + op_row, is_kernel)  # fmt: skip
             return
         group = np.array(self.group_of, dtype=np.int64)[label]
         once = _once(group * width + op_row, is_kernel)
         self.group_own.add_kernels(group[once], category[once], duration[once])
         thread = pack(alive["pid"].to_numpy()[pos], alive["tid"].to_numpy()[pos])
-        self.group_pairs.add(group, kernel_names, category_names(category), rowid, op_key, thread,
+        self.group_pairs.add(group, kernel_names, category, rowid, op_key, thread,
                              group * width + op_row, is_kernel)  # fmt: skip
         self.labels_with_pairs.update(np.unique(label).tolist())
 
@@ -450,11 +450,6 @@ def _no_names():
     stats = {k: np.zeros(0) for k in ("count", "total", "avg", "med", "min", "max", "std")}
     empty = np.zeros(0, dtype=np.int64)
     return stats, empty, empty, empty, empty, {}
-
-
-def category_names(codes: np.ndarray) -> np.ndarray:
-    names = np.array([*CATEGORIES, ""], dtype=object)
-    return names[np.where(codes >= 0, codes, len(CATEGORIES))]
 
 
 def _once(key: np.ndarray, is_kernel: np.ndarray) -> np.ndarray:

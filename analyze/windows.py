@@ -395,7 +395,8 @@ def _add_launches(p: Partials, trace: Trace, later: dict) -> pd.DataFrame:
     matched = launches(op_ids(trace), calls)
     p.count("launched_ops", len(matched))
     cid, pid = calls["correlation_id"].to_numpy(), calls["pid"].to_numpy()
-    floor = np.array([later.get(int(x), 1 << 62) for x in pid.tolist()], dtype=np.int64) if len(pid) else cid
+    pids, at = np.unique(pid, return_inverse=True)
+    floor = np.array([later.get(int(x), 1 << 62) for x in pids.tolist()], dtype=np.int64)[at]
     p.launch_carry = calls[(cid >= 0) & (cid >= floor)].reset_index(drop=True)
     return matched
 
