@@ -30,7 +30,7 @@ from profiler_kit.analyze.breakdown import (
     with_extra_kernels,
 )
 from profiler_kit.analyze.projection import pack, project_nvtx, range_label_codes
-from profiler_kit.analyze.stats import ValueCounts
+from profiler_kit.analyze.stats import ValueCounts, sorted_distinct
 from profiler_kit.analyze.taxonomy import CATEGORIES
 
 BIG, SMALL = np.iinfo(np.int64).max, np.iinfo(np.int64).min
@@ -88,7 +88,7 @@ class Sums:
         np.add.at(self.table[:, 3], ids, duration)
         known = category >= 0
         np.add.at(self.table, (ids[known], 4 + category[known]), duration[known])
-        self.seen[np.unique(category[known])] = True
+        self.seen[np.bincount(category[known], minlength=len(CATEGORIES)) > 0] = True
 
     def columns(self, order: np.ndarray, n: int) -> tuple:
         """projected, span, kernels, kernel time and the ``<category>_ns`` columns of names ``order``."""
@@ -115,7 +115,7 @@ class Pairs:
     def add(self, name, kernel: pd.Categorical, category, rowid, op_key, thread, dedupe_key, is_kernel):
         """One window's (range, op) pairs: range name ids, kernel names, category codes, range rowids, op keys
         (launch start, kernel row, duration), threads; a pair counts once per ``dedupe_key`` (name, op)."""
-        self.names_with_pairs.update(np.unique(name).tolist())
+        self.names_with_pairs.update(np.flatnonzero(np.bincount(name)).tolist())
         k = np.flatnonzero(is_kernel)
         if not len(k):
             return
@@ -135,7 +135,7 @@ class Pairs:
         _, once = np.unique(dedupe_key, return_index=True)
         np.add.at(self.sums[:, 1], ids[once], 1)
         np.add.at(self.sums[:, 2], ids[once], op_key[once, 2])
-        keys = np.unique((ids << 32) | rowid)
+        keys = sorted_distinct((ids << 32) | rowid)
         new = keys[~np.isin(keys, self.seen)]
         np.add.at(self.sums[:, 0], new >> 32, 1)
         self.seen = np.union1d(self.seen, new)
@@ -289,7 +289,7 @@ class RangeWindows:
         thread = pack(alive["pid"].to_numpy()[pos], alive["tid"].to_numpy()[pos])
         self.group_pairs.add(group, kernel_names, category, rowid, op_key, thread,
                              group * width + op_row, is_kernel)  # fmt: skip
-        self.labels_with_pairs.update(np.unique(label).tolist())
+        self.labels_with_pairs.update(np.flatnonzero(np.bincount(label)).tolist())
 
     def _outside(self, ops: pd.DataFrame, inside_rows: np.ndarray, kernel_rowid: np.ndarray) -> None:
         """The kernels no range encloses (own thread): the unnamed row of the range tables."""

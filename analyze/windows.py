@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from profiler_kit.analyze.api import API_COLUMNS, VERSION_SUFFIX
+from profiler_kit.analyze.arrays import distinct_values
 from profiler_kit.analyze.breakdown import KERNEL_STAT_COLUMNS, gpu_ops, kernel_table, op_ids
 from profiler_kit.analyze.errors import InputError
 from profiler_kit.analyze.intervals import interval_union
@@ -249,7 +250,7 @@ def _split_nvtx(exp: Export, out: Split, folder: Path, rows: int, texts: dict, d
         ranges = piece[np.isin(event, NVTX_EVENTS)]
         out.nvtx_ranges += len(ranges)
         gtid = ranges["globalTid"].to_numpy()
-        out.nvtx_pids.update(np.unique(np.where(gtid != MISSING, gtid, 0) >> 24 & 0xFFFFFF).tolist())
+        out.nvtx_pids.update(distinct_values(np.where(gtid != MISSING, gtid, 0) >> 24 & 0xFFFFFF).tolist())
         spill.add(ranges, out.window_of(ranges["start"].to_numpy()))
     out.spills[NVTX_TABLE] = spill
 
@@ -376,10 +377,10 @@ def _add_summary(p: Partials, trace: Trace, ops: pd.DataFrame, is_kernel: np.nda
         return
     p.gpu_first = min(p.gpu_first, int(ops["start_ns"].min()))
     p.gpu_last = max(p.gpu_last, int(ops["end_ns"].max()))
-    p.pids.update(np.unique(ops["pid"].to_numpy()).tolist())
+    p.pids.update(distinct_values(ops["pid"].to_numpy()).tolist())
     device = ops["device_id"].to_numpy()
     starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
-    for d in np.unique(device).tolist():
+    for d in distinct_values(device).tolist():
         mine = device == d
         done, *carry = p.busy.get(d, [0])
         s, e = interval_union(np.r_[starts[mine], carry[:1]], np.r_[ends[mine], carry[1:]])
