@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from profiler_kit.analyze.arrays import first_appearance_codes, positions
 from profiler_kit.analyze.breakdown import (
     NOT_PHASE_PATTERN,
     PHASE_COLUMNS,
@@ -27,6 +28,7 @@ from profiler_kit.analyze.breakdown import (
     phase_means,
     range_kernel_frame,
     ranges_frame,
+    same_name_overlaps,
     with_extra_kernels,
 )
 from profiler_kit.analyze.projection import pack, project_nvtx, range_label_codes
@@ -112,38 +114,62 @@ class Pairs:
     first: dict = field(default_factory=dict)  # (pair, thread) -> smallest (range rowid, launch start, kernel row)
     names_with_pairs: set = field(default_factory=set)
 
-    def add(self, name, kernel: pd.Categorical, category, rowid, op_key, thread, dedupe_key, is_kernel):
+    def add(self, name, kernel: pd.Categorical, category, rowid, op_key, thread_of, once, is_kernel):
         """One window's (range, op) pairs: range name ids, kernel names, category codes, range rowids, op keys
-        (launch start, kernel row, duration), threads; a pair counts once per ``dedupe_key`` (name, op)."""
+        (launch start, kernel row, duration); ``thread_of(rowids)`` gives ranges' threads. ``once`` (rows) are
+        those that count, one per (name, op); None when every row does (no name nests in itself)."""
         self.names_with_pairs.update(np.flatnonzero(np.bincount(name)).tolist())
         k = np.flatnonzero(is_kernel)
         if not len(k):
             return
-        kernel_ids = self.kernel_ids.of([str(c) for c in kernel.categories])[kernel.codes[k]]
-        name, category, rowid, thread = name[k], category[k], rowid[k], thread[k]
-        op_key, dedupe_key = op_key[k], dedupe_key[k]
-        uniq, at, inverse = np.unique((name << 32) | kernel_ids, return_index=True, return_inverse=True)
-        fresh = [i for i, u in enumerate(uniq.tolist()) if u not in self.pair_ids]
-        for i in fresh:
-            self.pair_ids[int(uniq[i])] = len(self.pair_ids)
-            self.name.append(int(name[at[i]]))
-            self.kernel.append(self.kernel_ids.texts()[kernel_ids[at[i]]])
-            self.category.append(CATEGORIES[category[at[i]]] if category[at[i]] >= 0 else "")
-        if fresh:
-            self.sums = np.vstack([self.sums, np.zeros((len(fresh), 3), np.int64)])
-        ids = np.array([self.pair_ids[u] for u in uniq.tolist()], dtype=np.int64)[inverse]
-        _, once = np.unique(dedupe_key, return_index=True)
-        np.add.at(self.sums[:, 1], ids[once], 1)
-        np.add.at(self.sums[:, 2], ids[once], op_key[once, 2])
-        keys = sorted_distinct((ids << 32) | rowid)
+        kernel_ids = self.kernel_ids.of([str(c) for c in kernel.categories])[kernel.codes]
+        width = len(self.kernel_ids.ids) + 1
+        codes, first = first_appearance_codes(name[k] * width + kernel_ids[k], (int(name.max()) + 1) * width)
+        ids_of_code = np.empty(len(first), dtype=np.int64)
+        for c, row in enumerate(first.tolist()):
+            i = k[row]
+            key = (int(name[i]), int(kernel_ids[i]))
+            if key not in self.pair_ids:
+                self.pair_ids[key] = len(self.pair_ids)
+                self.name.append(key[0])
+                self.kernel.append(self.kernel_ids.texts()[key[1]])
+                self.category.append(CATEGORIES[category[i]] if category[i] >= 0 else "")
+            ids_of_code[c] = self.pair_ids[key]
+        if len(self.pair_ids) > len(self.sums):
+            self.sums = np.vstack([self.sums, np.zeros((len(self.pair_ids) - len(self.sums), 3), np.int64)])
+        ids = np.full(len(name), -1, dtype=np.int64)
+        ids[k] = ids_of_code[codes]
+        counted = k if once is None else once
+        np.add.at(self.sums[:, 1], ids[counted], 1)
+        np.add.at(self.sums[:, 2], ids[counted], op_key[counted, 2])
+        row_keys = (ids[k] << 32) | rowid[k]
+        keys = sorted_distinct(row_keys)  # the distinct (pair, range) of this window
         new = keys[~np.isin(keys, self.seen)]
         np.add.at(self.sums[:, 0], new >> 32, 1)
         self.seen = np.union1d(self.seen, new)
-        order = np.lexsort((op_key[:, 1], op_key[:, 0], rowid, thread, ids))
-        heads = order[np.r_[True, (ids[order][1:] != ids[order][:-1]) | (thread[order][1:] != thread[order][:-1])]]
-        for i in heads.tolist():
-            here = (int(rowid[i]), int(op_key[i, 0]), int(op_key[i, 1]))
-            slot = (int(ids[i]), int(thread[i]))
+        self._first_keys(keys, row_keys, k, thread_of, op_key)
+
+    def _first_keys(self, keys, row_keys, k, thread_of, op_key) -> None:
+        """Each (pair, thread)'s smallest (range rowid, launch start, kernel row) so far: the pair's place in the
+        in-memory order of (range, op) pairs, ties broken as there (``frame``)."""
+        key_thread = thread_of(keys & 0xFFFFFFFF)
+        threads, t_codes = np.unique(key_thread, return_inverse=True)
+        size = (int(keys.max() >> 32) + 1) * len(threads)
+        _, firsts = first_appearance_codes((keys >> 32) * len(threads) + t_codes, size)
+        wanted = []
+        for i in firsts.tolist():  # the smallest rowid of each (pair, thread) here (keys are sorted by pair, rowid)
+            slot = (int(keys[i] >> 32), int(key_thread[i]))
+            stored = self.first.get(slot)
+            if stored is None or int(keys[i] & 0xFFFFFFFF) <= stored[0]:
+                wanted.append(keys[i])
+        if not wanted:
+            return
+        rows = np.flatnonzero(np.isin(row_keys, np.array(wanted, dtype=np.int64)))
+        order = rows[np.lexsort((op_key[k[rows], 1], op_key[k[rows], 0], row_keys[rows]))]
+        heads = order[np.r_[True, row_keys[order][1:] != row_keys[order][:-1]]]
+        for r in heads.tolist():
+            here = (int(row_keys[r] & 0xFFFFFFFF), int(op_key[k[r], 0]), int(op_key[k[r], 1]))
+            slot = (int(row_keys[r] >> 32), int(thread_of(row_keys[r : r + 1] & 0xFFFFFFFF)[0]))
             self.first[slot] = min(here, self.first.get(slot, here))
 
     def forget(self, alive_rowids: np.ndarray) -> None:
@@ -252,43 +278,53 @@ class RangeWindows:
         self.alive = fresh if self.alive is None or not len(self.alive) else _stacked(self.alive, fresh)
 
     def _project(self, pairs: pd.DataFrame, ops, launch_start, op_order, phase: bool) -> None:
+        """Add one projection of the window's ops (own thread, or any thread onto the phases) to the sums."""
         if not len(pairs):
             return
         alive = self.alive
-        pos = pd.Index(alive.index).get_indexer(pairs["range_row"].to_numpy())
+        pos = positions(alive.index, pairs["range_row"].to_numpy())
         prefix = "win" if phase else "own"
-        start, end = pairs["start_ns"].to_numpy(), pairs["end_ns"].to_numpy()
-        first, last = alive[f"{prefix}_first"].to_numpy().copy(), alive[f"{prefix}_last"].to_numpy().copy()
-        np.minimum.at(first, pos, start)
-        np.maximum.at(last, pos, end)
         is_kernel = pairs["is_kernel"].to_numpy(dtype=bool)
         duration = pairs["duration_ns"].to_numpy()
-        kernels, kernel_ns = alive[f"{prefix}_kernels"].to_numpy().copy(), alive[f"{prefix}_ns"].to_numpy().copy()
-        np.add.at(kernels, pos[is_kernel], 1)
-        np.add.at(kernel_ns, pos[is_kernel], duration[is_kernel])
-        alive[f"{prefix}_first"], alive[f"{prefix}_last"] = first, last
-        alive[f"{prefix}_kernels"], alive[f"{prefix}_ns"] = kernels, kernel_ns
+        for column, ufunc, values, rows in (
+            ("first", np.minimum, pairs["start_ns"].to_numpy(), slice(None)),
+            ("last", np.maximum, pairs["end_ns"].to_numpy(), slice(None)),
+            ("kernels", np.add, 1, is_kernel),
+            ("ns", np.add, duration, is_kernel),
+        ):
+            sums = alive[f"{prefix}_{column}"].to_numpy().copy()
+            ufunc.at(sums, pos[rows], values if np.isscalar(values) else values[rows])
+            alive[f"{prefix}_{column}"] = sums
         label = alive["label_id"].to_numpy()[pos]
         op_row = pairs["op_row"].to_numpy()
         category = pd.Categorical(pairs["category"], categories=CATEGORIES).codes.astype(np.int64)
         width = len(ops) + 1
-        sums = self.phase if phase else self.own
-        once = _once(label * width + op_row, is_kernel)
-        sums.add_kernels(label[once], category[once], duration[once])
+        pid, tid = alive["pid"].to_numpy(), alive["tid"].to_numpy()
+        tid = np.zeros_like(tid) if phase else tid
+        thread = pack(pid, tid)
+        index = alive.index
+
+        def thread_of(rowids: np.ndarray) -> np.ndarray:
+            return thread[positions(index, rowids)]
+
         kernel_names = pd.Categorical(pairs["name"])
         rowid = pairs["range_row"].to_numpy()
         op_key = np.stack([launch_start[op_row], op_order[op_row], duration], axis=1)
+        labels = alive["label_id"].to_numpy()
+        once = None if not nests(alive, labels, phase) else _once(label * width + op_row, is_kernel)
+        kernel_rows = np.flatnonzero(is_kernel) if once is None else once
+        (self.phase if phase else self.own).add_kernels(
+            label[kernel_rows], category[kernel_rows], duration[kernel_rows]
+        )
         if phase:
-            thread = alive["pid"].to_numpy()[pos]
-            self.phase_pairs.add(label, kernel_names, category, rowid, op_key, thread,
-                                 label * width + op_row, is_kernel)  # fmt: skip
+            self.phase_pairs.add(label, kernel_names, category, rowid, op_key, thread_of, once, is_kernel)
             return
-        group = np.array(self.group_of, dtype=np.int64)[label]
-        once = _once(group * width + op_row, is_kernel)
-        self.group_own.add_kernels(group[once], category[once], duration[once])
-        thread = pack(alive["pid"].to_numpy()[pos], alive["tid"].to_numpy()[pos])
-        self.group_pairs.add(group, kernel_names, category, rowid, op_key, thread,
-                             group * width + op_row, is_kernel)  # fmt: skip
+        group_of = np.array(self.group_of, dtype=np.int64)
+        group = group_of[label]
+        once = None if not nests(alive, group_of[labels], phase) else _once(group * width + op_row, is_kernel)
+        kernel_rows = np.flatnonzero(is_kernel) if once is None else once
+        self.group_own.add_kernels(group[kernel_rows], category[kernel_rows], duration[kernel_rows])
+        self.group_pairs.add(group, kernel_names, category, rowid, op_key, thread_of, once, is_kernel)
         self.labels_with_pairs.update(np.flatnonzero(np.bincount(label)).tolist())
 
     def _outside(self, ops: pd.DataFrame, inside_rows: np.ndarray, kernel_rowid: np.ndarray) -> None:
@@ -429,7 +465,9 @@ class RangeWindows:
             [texts[i] for i in p_order], {k: v[p_order] for k, v in stats.items()}, *self.phase.columns(p_order, n)
         )
         with_pairs = sorted(self.phase_pairs.names_with_pairs, key=lambda i: texts[i])
-        rank = {p: i for i, p in enumerate(sorted(self.pid_first, key=lambda p: self.pid_first[p]))}
+        rank = {
+            p << 32: i for i, p in enumerate(sorted(self.pid_first, key=lambda p: self.pid_first[p]))
+        }  # pack(pid, 0)
         kernels = self.phase_pairs.frame(texts, with_pairs, rank, None)
         return {"phases": phases, "phase_kernels": kernels, "phase_categories": categories}
 
@@ -450,6 +488,14 @@ def _no_names():
     stats = {k: np.zeros(0) for k in ("count", "total", "avg", "med", "min", "max", "std")}
     empty = np.zeros(0, dtype=np.int64)
     return stats, empty, empty, empty, empty, {}
+
+
+def nests(ranges: pd.DataFrame, codes: np.ndarray, any_thread: bool) -> bool:
+    """Whether two ranges of one name (``codes``) overlap on one thread (any thread of a process: one), so that a
+    launch may lie in both and the (name, op) pairs must be deduplicated (``breakdown.same_name_overlaps``)."""
+    if any_thread:
+        ranges = ranges.assign(tid=0)
+    return same_name_overlaps(ranges, codes)
 
 
 def _once(key: np.ndarray, is_kernel: np.ndarray) -> np.ndarray:
