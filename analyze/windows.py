@@ -82,6 +82,7 @@ READS = {
     KERNEL_TABLE: (KERNEL_LEAN_COLUMNS, KERNEL_NAME),
     RUNTIME_TABLE: (RUNTIME_LEAN_COLUMNS, None),
     **{table: (spec, None) for table, spec in MEMOP_TABLES.items()},
+    NVTX_TABLE: (NVTX_COLUMNS, None),  # and the text, read apart (``_text_codes``)
 }
 
 
@@ -114,35 +115,41 @@ def table_pieces(exp: Export, table: str, rows: int) -> Iterator[pd.DataFrame]:
 
 @dataclass
 class Spill:
-    """One table's rows sorted into time windows, in a file: int64 columns, a window's rows in table order."""
+    """One table's rows sorted into time windows, in a file: each piece of a window as its int64 columns one after
+    another (column-major: no row-major copy made on write nor on read), a window's rows in table order."""
 
     path: Path
     columns: list[str]
-    pieces: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # window -> (first row, rows) in the file
-    rows: int = 0
+    pieces: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # window -> (byte offset, rows)
+    size: int = 0
 
     def add(self, frame: pd.DataFrame, window: np.ndarray) -> None:
         """Append the rows of ``frame``, row i going to ``window[i]``."""
-        order = np.argsort(window, kind="stable")
-        block = np.ascontiguousarray(frame[self.columns].to_numpy(dtype=np.int64)[order])
-        with open(self.path, "ab") as fh:
-            block.tofile(fh)
-        ordered = window[order]
+        in_order = len(window) < 2 or bool((window[1:] >= window[:-1]).all())  # rows mostly come in time order
+        order = None if in_order else np.argsort(window, kind="stable")
+        ordered = window if order is None else window[order]
+        columns = [frame[c].to_numpy() for c in self.columns]
         heads = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else []
-        for head, end in zip(heads, [*heads[1:], len(ordered)], strict=True):
-            self.pieces.setdefault(int(ordered[head]), []).append((self.rows + int(head), int(end - head)))
-        self.rows += len(ordered)
+        with open(self.path, "ab") as fh:
+            for head, end in zip(heads, [*heads[1:], len(ordered)], strict=True):
+                rows = slice(int(head), int(end)) if order is None else order[head:end]
+                self.pieces.setdefault(int(ordered[head]), []).append((self.size, int(end - head)))
+                for values in columns:
+                    np.ascontiguousarray(values[rows], dtype=np.int64).tofile(fh)
+                self.size += int(end - head) * len(columns) * 8
 
     def take(self, window: int) -> pd.DataFrame:
         """The rows of ``window``, in table order."""
         width = len(self.columns)
         parts = []
         with open(self.path, "rb") as fh:
-            for first, rows in self.pieces.get(window, []):
-                fh.seek(first * width * 8)
-                parts.append(np.fromfile(fh, dtype=np.int64, count=rows * width).reshape(rows, width))
-        block = np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.int64)
-        return pd.DataFrame({c: block[:, i].copy() for i, c in enumerate(self.columns)}, copy=False)
+            for offset, rows in self.pieces.get(window, []):
+                fh.seek(offset)
+                parts.append(np.fromfile(fh, dtype=np.int64, count=rows * width).reshape(width, rows))
+        if len(parts) == 1:
+            return pd.DataFrame(dict(zip(self.columns, parts[0], strict=True)), copy=False)
+        block = np.concatenate(parts, axis=1) if parts else np.zeros((width, 0), dtype=np.int64)
+        return pd.DataFrame(dict(zip(self.columns, block, strict=True)), copy=False)
 
 
 @dataclass
@@ -231,16 +238,12 @@ def _note_first_ids(first: dict, window: np.ndarray, piece: pd.DataFrame) -> Non
 
 
 def _split_nvtx(exp: Export, out: Split, folder: Path, rows: int, texts: dict, domains: list) -> None:
-    """NVTX rows through SQLite by rowid (their text column keeps the pages from the page reader)."""
+    """NVTX rows: their integer columns a piece at a time (``table_pieces``), each piece's texts through SQLite."""
     spill = Spill(folder / "nvtx.bin", NVTX_SPILL)
     has_text = "text" in exp.columns[NVTX_TABLE]
-    last = -(1 << 63)
-    while True:
-        where = f"WHERE rowid > {last} ORDER BY rowid LIMIT {rows}"
-        piece = exp.read(exp.integer_read(NVTX_TABLE, NVTX_COLUMNS, where=where, raw={"rowid": "rowid"}))
+    for piece in table_pieces(exp, NVTX_TABLE, rows):
         if not len(piece):
-            break
-        piece["rowid"] = piece["rowid"].astype(np.int64)
+            continue
         first, last = int(piece["rowid"].iloc[0]), int(piece["rowid"].iloc[-1])
         piece["text"] = _text_codes(exp, piece, first, last, texts) if has_text else -1
         start, end = piece["start"].to_numpy(), piece["end"].to_numpy()
