@@ -146,14 +146,14 @@ class Pairs:
         keys = sorted_distinct(row_keys)  # the distinct (pair, range) of this window
         new = keys[~np.isin(keys, self.seen)]
         np.add.at(self.sums[:, 0], new >> 32, 1)
-        self.seen = np.union1d(self.seen, new)
+        self.seen = np.sort(np.concatenate([self.seen, new]))  # new keys are not among the seen ones
         self._first_keys(keys, row_keys, k, thread_of, op_key)
 
     def _first_keys(self, keys, row_keys, k, thread_of, op_key) -> None:
         """Each (pair, thread)'s smallest (range rowid, launch start, kernel row) so far: the pair's place in the
         in-memory order of (range, op) pairs, ties broken as there (``frame``)."""
         key_thread = thread_of(keys & 0xFFFFFFFF)
-        threads, t_codes = np.unique(key_thread, return_inverse=True)
+        t_codes, threads = pd.factorize(key_thread)
         size = (int(keys.max() >> 32) + 1) * len(threads)
         _, firsts = first_appearance_codes((keys >> 32) * len(threads) + t_codes, size)
         wanted = []

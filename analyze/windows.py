@@ -362,8 +362,9 @@ def _add_kernels(p: Partials, ops, is_kernel, duration, rowid) -> None:
     ids = p.kernel_names.of(names, rowid)
     p.kernels.add(ids[names.codes], duration[kernel])
     category = pd.Categorical(ops["category"])[kernel]
-    codes, rows = np.unique(names.codes, return_index=True)
-    for code, row in zip(codes.tolist(), rows.tolist(), strict=True):
+    first = np.full(len(names.categories), len(names.codes), dtype=np.int64)
+    np.minimum.at(first, names.codes, np.arange(len(names.codes)))
+    for code, row in enumerate(first.tolist()):
         p.kernel_category.setdefault(int(ids[code]), str(category[row]))
 
 
@@ -399,7 +400,7 @@ def _add_launches(p: Partials, trace: Trace, later: dict) -> pd.DataFrame:
     matched = launches(op_ids(trace), calls)
     p.count("launched_ops", len(matched))
     cid, pid = calls["correlation_id"].to_numpy(), calls["pid"].to_numpy()
-    pids, at = np.unique(pid, return_inverse=True)
+    at, pids = pd.factorize(pid)
     floor = np.array([later.get(int(x), 1 << 62) for x in pids.tolist()], dtype=np.int64)[at]
     p.launch_carry = calls[(cid >= 0) & (cid >= floor)].reset_index(drop=True)
     return matched
