@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 WINDOW_ROWS = 1 << 20  # kernel rows a window holds on average (about 1M: a few hundred MB of frames)
@@ -24,10 +24,18 @@ class Windowing:
     rows: int = WINDOW_ROWS
     on_window: Callable[[int, int], None] | None = None
 
+    refused: dict = field(default_factory=dict)  # path -> why it was read whole though windows were wanted
+
     def applies(self, path: Path) -> bool:
-        """Whether ``path`` is read in windows: an nsys SQLite export, as asked or too big, that can be."""
+        """Whether ``path`` is read in windows: an nsys SQLite export, as asked or too big, that can be (else
+        ``refused`` says why not)."""
         path = Path(path)
-        return path.suffix == ".sqlite" and (self.always or wants_windows(path)) and supported(path) is None
+        if path.suffix != ".sqlite" or not (self.always or wants_windows(path)):
+            return False
+        reason = supported(path)
+        if reason is not None:
+            self.refused[str(path)] = reason
+        return reason is None
 
 
 def windowed_note(windows: int) -> str:

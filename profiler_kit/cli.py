@@ -504,6 +504,8 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, window, wi
             prefetched=prefetched,
             window=windowing,
         )
+    for path, reason in windowing.refused.items():
+        click.echo(f"{path}: read whole, not in time windows ({reason})", err=True)
     loaded = []
     if snapshots:
         from profiler_kit.build_memory import load_snapshots, memory_sections

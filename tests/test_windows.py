@@ -161,3 +161,30 @@ def test_value_counts_merged_equal_group_stats_to_the_bit():
     for g in range(6):  # the exact-moment std against a plain two-pass one
         x = values[codes == g].astype(float)
         assert whole["std"][g] == pytest.approx(x.std(ddof=1), rel=1e-12)
+
+
+def test_export_over_a_fifth_of_memory_is_windowed_without_asking(tmp_path, monkeypatch):
+    src = SHARED_DATA / "nsys_sqlite" / SMALLEST_GPU
+    if not src.exists():
+        pytest.skip("shared export absent")
+    monkeypatch.setattr("profiler_kit.analyze.windowing.available_memory", lambda: 5 * src.stat().st_size - 1)
+    res = CliRunner().invoke(cli, ["report", str(src), "-o", str(tmp_path), "--no-cache", "--no-html"])
+    assert res.exit_code == 0, res.output
+    assert "Read in 1 time window(s)" in (tmp_path / "report.md").read_text()
+    monkeypatch.setattr("profiler_kit.analyze.windowing.available_memory", lambda: 5 * src.stat().st_size + 1)
+    res = CliRunner().invoke(cli, ["report", str(src), "-o", str(tmp_path / "whole"), "--no-cache", "--no-html"])
+    assert "Read in" not in (tmp_path / "whole" / "report.md").read_text()
+
+
+def test_an_export_with_cuda_graphs_is_read_whole_and_says_so(tmp_path):
+    src = SHARED_DATA / "nsys_sqlite" / SMALLEST_GPU
+    if not src.exists():
+        pytest.skip("shared export absent")
+    graphs = tmp_path / "graphs.sqlite"
+    graphs.write_bytes(src.read_bytes())
+    with sqlite3.connect(graphs) as con:
+        con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER, end INTEGER, graphId INTEGER)")
+    res = CliRunner().invoke(cli, ["report", str(graphs), "-o", str(tmp_path / "out"), "--no-cache", "--window"])
+    assert res.exit_code == 0, res.output
+    assert "read whole, not in time windows (CUDA graphs are traced in it)" in res.output
+    assert "Read in" not in (tmp_path / "out" / "report.md").read_text()
