@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from profiler_kit.analyze.api import API_COLUMNS, VERSION_SUFFIX
 from profiler_kit.analyze.arrays import distinct_values
-from profiler_kit.analyze.breakdown import KERNEL_STAT_COLUMNS, gpu_ops, kernel_table, op_ids
+from profiler_kit.analyze.breakdown import KERNEL_STAT_COLUMNS, InPlace, gpu_ops, kernel_table, op_ids
 from profiler_kit.analyze.errors import InputError
 from profiler_kit.analyze.intervals import interval_union
 from profiler_kit.analyze.memops import MEMOP_COLUMNS, memop_table
@@ -55,6 +55,7 @@ from profiler_kit.analyze.nsys_schema import (
     NVTX_TABLE,
     RUNTIME_LEAN_COLUMNS,
     RUNTIME_TABLE,
+    adbc_sqlite,
     output_columns,
 )
 from profiler_kit.analyze.nsys_sqlite import (
@@ -212,21 +213,36 @@ def split(exp: Export, folder: Path, window_rows: int, texts: dict[str, int], do
     edges = plan_edges(exp, window_rows)
     out = Split(edges, {}, {})
     piece_rows = max(window_rows, MIN_PIECE_ROWS)
-    for table in (KERNEL_TABLE, *MEMOP_TABLES, RUNTIME_TABLE):
-        if not exp.has(table):
-            continue
-        spill = None
-        for piece in table_pieces(exp, table, piece_rows):
-            spill = spill or Spill(folder / f"{table}.bin", list(piece.columns))
-            window = out.window_of(piece["start"].to_numpy())
-            spill.add(piece, window)
-            if table != RUNTIME_TABLE:
-                _note_first_ids(out.first_op_id, window, piece)
-        if spill is not None:
-            out.spills[table] = spill
-    if exp.has(NVTX_TABLE):
-        _split_nvtx(exp, out, folder, piece_rows, texts, domains)
+    tables = [t for t in (KERNEL_TABLE, RUNTIME_TABLE, *MEMOP_TABLES) if exp.has(t)]
+    # The big tables are split on threads (the page reader's numpy steps release the GIL) while the NVTX table,
+    # whose texts come through this thread's SQLite connection, is split here. Without the ADBC driver a table
+    # the page reader declines is read through that connection too: then one after another, here.
+    threads = 2 if adbc_sqlite() is not None else 0
+    with ThreadPoolExecutor(max_workers=threads) if threads else InPlace() as pool:
+        firsts = [(t, pool.submit(_split_table, exp, t, out, folder, piece_rows)) for t in tables]
+        if exp.has(NVTX_TABLE):
+            _split_nvtx(exp, out, folder, piece_rows, texts, domains)
+        for table, done in firsts:
+            spill, first_ids = done.result()
+            if spill is not None:
+                out.spills[table] = spill
+            for w, per_pid in first_ids.items():
+                here = out.first_op_id.setdefault(w, {})
+                for pid, cid in per_pid.items():
+                    here[pid] = min(cid, here.get(pid, cid))
     return out
+
+
+def _split_table(exp: Export, table: str, out: Split, folder: Path, rows: int) -> tuple[Spill | None, dict]:
+    """One activity table into its spill, and (GPU op tables) per window and process the smallest correlation id."""
+    spill, first_ids = None, {}
+    for piece in table_pieces(exp, table, rows):
+        spill = spill or Spill(folder / f"{table}.bin", list(piece.columns))
+        window = out.window_of(piece["start"].to_numpy())
+        spill.add(piece, window)
+        if table != RUNTIME_TABLE:
+            _note_first_ids(first_ids, window, piece)
+    return spill, first_ids
 
 
 def _note_first_ids(first: dict, window: np.ndarray, piece: pd.DataFrame) -> None:
