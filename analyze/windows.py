@@ -19,12 +19,17 @@ Here the export is read twice, a piece at a time (``sqlite_pages.integer_chunks`
 - launches: an op's launching call starts before the op does, so it lies in the op's window or an earlier one.
   Calls of earlier windows are carried while some op of a later window of their process could still have their
   correlation id (ids at or above the smallest such op's, known from the split).
-
 - NVTX ranges (``analyze.window_ranges``): ranges are carried from window to window while a launch still to come
   could lie inside them; per range name the CPU statistics are ValueCounts, the rest integer sums.
 
 What needs the whole trace at once is left out of a windowed report, which names it (``windowing.LEFT_OUT``):
 the diagnosis ("Why is it slow": launch gaps, sequences, idle time need every op in order) and the per-rank table.
+
+Memory: a window's rows and frames (about WINDOW_ROWS kernels with their calls and ranges), the carried calls and
+ranges, and the partial tables (distinct (name, duration) pairs, per-name sums). Windows are equal stretches of
+time, so a burst of kernels makes a fuller window. Exactness rests on one fact of CUDA: a kernel or copy starts
+after the call that launched it started; a trace where a clock runs backwards may match fewer launches here.
+The spill files (about 50 bytes a row) go to a temporary folder, removed at the end.
 """
 
 from __future__ import annotations
