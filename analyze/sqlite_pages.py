@@ -160,11 +160,19 @@ def integer_chunks(path: Path, root: int, cids: dict[str, int], ncols: int, rows
         plan = None
     if plan is None:
         return None
-    return _chunks(plan, cids, ncols, max(1, rows))
+    return _chunks(plan, cids, ncols, max(1, rows), lambda: _release(mm))
 
 
-def _chunks(plan, cids: dict[str, int], ncols: int, rows: int) -> Iterator[dict]:
-    """The pieces of ``integer_chunks``: each decoded CHUNK_PAGES leaves a step, as ``_read`` does."""
+def _release(mm: mmap.mmap) -> None:
+    """Unmap the file's pages read so far from this process (they stay in the page cache): a mapped page counts in
+    the process's resident memory until then, so a 10 GB file read through would look like 10 GB used."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no madvise here, or the mapping is closed
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
+def _chunks(plan, cids: dict[str, int], ncols: int, rows: int, release: Callable[[], None]) -> Iterator[dict]:
+    """The pieces of ``integer_chunks``: each decoded CHUNK_PAGES leaves a step, as ``_read`` does; the mapped
+    pages are released after each piece."""
     words, leaves, ends, page_size, usable = plan
     per_page = max(1, int(ends[-1]) // max(len(leaves), 1))
     step = max(1, rows // per_page)
@@ -189,6 +197,7 @@ def _chunks(plan, cids: dict[str, int], ncols: int, rows: int) -> Iterator[dict]
             rowids.append(rowid)
             at = stop
         done = end
+        release()
         yield out | {"rowid": np.concatenate(rowids)}
 
 
