@@ -581,7 +581,10 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
     ``window`` (``analyze.windows.Windowing``): an export it applies to is read a time window at a time.
     """
     if window is not None and window.applies(src.path):
+        from profiler_kit import process
         from profiler_kit.analyze.windows import analyze_windows
+
+        process.tune_windows()
 
         done = analyze_windows(src.path, window.rows, window.on_window)
         return TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
