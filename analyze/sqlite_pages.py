@@ -26,6 +26,7 @@ import numpy as np
 MISSING = -1  # what a NULL reads as (nsys ids, times and sizes are never negative)
 LEAF, INTERIOR = 0x0D, 0x05  # table b-tree page types
 MAX_DEPTH = 20  # a b-tree of 4 KiB pages holds ~2^60 rows in fewer levels
+RELEASE_PAGES = 1 << 14  # pages looked at between releases when planning a read piece by piece (64 MiB of 4 KiB)
 CHUNK_PAGES = 256  # leaf pages decoded per step (measured best of 64..4096 on a 1.1M-row table)
 ONES = np.uint64(0x0101010101010101)  # one in each byte (SWAR: eight serial types in one uint64)
 HIGH = np.uint64(0x8080808080808080)
@@ -116,18 +117,23 @@ def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int, allocate
     return out
 
 
-def _plan(buf: np.ndarray, root: int):
-    """The table's leaf pages and rows up to each, with the file's geometry; None where not the plain case."""
+def _plan(buf: np.ndarray, root: int, release: Callable[[], None] | None = None):
+    """The table's leaf pages and rows up to each, with the file's geometry; None where not the plain case.
+
+    ``release`` (``integer_chunks``) unmaps the pages looked at, every RELEASE_PAGES of them.
+    """
     if len(buf) < 512 or buf[18] != 1 or buf[19] != 1:  # 2: WAL mode, whose last writes may live elsewhere
         return None
     page_size = int.from_bytes(buf[16:18].tobytes(), "big")
     page_size = 65536 if page_size == 1 else page_size
     usable = page_size - int(buf[20])
     words = _Words(buf)
-    leaves = _leaf_pages(words, page_size, usable, len(buf) // page_size, root)
+    leaves = _leaf_pages(words, page_size, usable, len(buf) // page_size, root, release)
     if leaves is None:
         return None
-    counts = (words.big(_page_start(leaves, page_size) + 3) >> np.uint64(48)).astype(np.int64)
+    counts = (
+        _in_batches(lambda at: words.big(at), _page_start(leaves, page_size) + 3, release) >> np.uint64(48)
+    ).astype(np.int64)
     return words, leaves, np.cumsum(counts), page_size, usable  # rows up to and including each leaf
 
 
@@ -155,7 +161,7 @@ def integer_chunks(path: Path, root: int, cids: dict[str, int], ncols: int, rows
             return None
     buf = np.frombuffer(mm, dtype=np.uint8)
     try:
-        plan = _plan(buf, root)
+        plan = _plan(buf, root, lambda: _release(mm))
     except (IndexError, ValueError):
         plan = None
     if plan is None:
@@ -241,7 +247,21 @@ def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, ncol
     return None if (values > record_end).any() else rowid
 
 
-def _leaf_pages(words: _Words, page_size: int, usable: int, pages: int, root: int) -> np.ndarray | None:
+def _in_batches(read: Callable[[np.ndarray], np.ndarray], at: np.ndarray, release) -> np.ndarray:
+    """``read(at)``, RELEASE_PAGES offsets at a time with the pages released between (one byte of every leaf page
+    is read to plan a table: all at once, a 10 GB table's pages would all be resident for a moment)."""
+    if release is None or len(at) <= RELEASE_PAGES:
+        return read(at)
+    parts = []
+    for first in range(0, len(at), RELEASE_PAGES):
+        parts.append(read(at[first : first + RELEASE_PAGES]))
+        release()
+    return np.concatenate(parts)
+
+
+def _leaf_pages(
+    words: _Words, page_size: int, usable: int, pages: int, root: int, release: Callable[[], None] | None = None
+) -> np.ndarray | None:
     """The table's leaf pages in key order, walking interior pages a level at a time; None if odd."""
     level = np.array([root], dtype=np.int64)
     seen = 0
@@ -251,7 +271,7 @@ def _leaf_pages(words: _Words, page_size: int, usable: int, pages: int, root: in
         seen += len(level)
         if seen > pages:  # a cycle
             return None
-        kind = words.buf[_page_start(level, page_size)]
+        kind = _in_batches(lambda at: words.buf[at], _page_start(level, page_size), release)
         if (kind == LEAF).all():
             return level if len(np.unique(level)) == len(level) else None
         if not (kind == INTERIOR).all():  # b-trees are balanced: a level is all leaves or all interior

@@ -61,6 +61,7 @@ from profiler_kit.analyze.nsys_schema import (
     RUNTIME_LEAN_COLUMNS,
     RUNTIME_TABLE,
     adbc_sqlite,
+    fetch_arrow,
     output_columns,
 )
 from profiler_kit.analyze.nsys_sqlite import (
@@ -280,19 +281,30 @@ def _split_nvtx(exp: Export, out: Split, folder: Path, rows: int, texts: dict, d
 
 
 def _text_codes(exp: Export, piece: pd.DataFrame, first: int, last: int, texts: dict[str, int]) -> np.ndarray:
-    """Each row's NVTX text as a code of ``texts`` (grown with new ones; -1: none), as ``nsys_sqlite._nvtx_text``."""
+    """Each row's NVTX text as a code of ``texts`` (grown with new ones; -1: none), as ``nsys_sqlite._nvtx_text``
+    reads them: through the ADBC driver as Arrow, dictionary-encoded (a Python string per distinct text only)."""
     from profiler_kit.analyze.nsys_sqlite import _text
 
-    rows = exp.query(
+    sql = (
         f'SELECT rowid AS r, CAST("text" AS BLOB) AS t FROM {NVTX_TABLE} '
         f'WHERE rowid BETWEEN {first} AND {last} AND "text" IS NOT NULL'
     )
+    if adbc_sqlite() is None:
+        rows = exp.query(sql)
+        inverse, uniq = pd.factorize(rows["t"].to_numpy(dtype=object))
+        rowid = rows["r"].to_numpy(dtype=np.int64)
+    else:
+        try:
+            table = fetch_arrow(exp.path, sql)
+        except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
+            raise exp.corrupt(err) from None
+        column = table.column("t").combine_chunks().dictionary_encode()
+        inverse, uniq = column.indices.to_numpy(zero_copy_only=False), column.dictionary.to_pylist()
+        rowid = table.column("r").to_numpy().astype(np.int64)
     codes = np.full(len(piece), -1, dtype=np.int64)
-    if len(rows):
-        uniq, inverse = np.unique(rows["t"].to_numpy(dtype=object).astype(bytes), return_inverse=True)
+    if len(rowid):
         ids = np.array([texts.setdefault(_text(u), len(texts)) for u in uniq], dtype=np.int64)
-        at = np.searchsorted(piece["rowid"].to_numpy(), rows["r"].to_numpy(dtype=np.int64))
-        codes[at] = ids[inverse]
+        codes[np.searchsorted(piece["rowid"].to_numpy(), rowid)] = ids[inverse]
     return codes
 
 
