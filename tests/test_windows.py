@@ -188,3 +188,29 @@ def test_an_export_with_cuda_graphs_is_read_whole_and_says_so(tmp_path):
     assert res.exit_code == 0, res.output
     assert "read whole, not in time windows (CUDA graphs are traced in it)" in res.output
     assert "Read in" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_one_progress_bar_over_the_windows_of_each_export(monkeypatch):
+    import contextlib
+
+    from profiler_kit import cli as cli_module
+
+    bars = []
+
+    class Bar:
+        def __init__(self, length):
+            self.length, self.steps = length, []
+
+        def update(self, n):
+            self.steps.append(n)
+
+    def progress_bar(length, label):
+        bars.append(Bar(length))
+        return contextlib.nullcontext(bars[-1])
+
+    monkeypatch.setattr(cli_module, "progress_bar", progress_bar)
+    progress = cli_module.WindowProgress()
+    for windows in (3, 2):  # two exports read in windows, one after the other
+        for done in range(1, windows + 1):
+            progress(done, windows)
+    assert [(b.length, b.steps) for b in bars] == [(3, [1, 1, 1]), (2, [1, 1])]
