@@ -362,48 +362,71 @@ def summarize_ranges(
     codes, names = range_name_codes(ranges, group_emit_nvtx)
     n = len(names)
     cpu = group_stats(codes, ranges["duration_ns"].to_numpy(), n)
-    out = pd.DataFrame(
-        {"instances": cpu["count"], "cpu_total_ns": cpu["total"], "cpu_avg_ns": cpu["avg"]}
-        | {f"cpu_{stat}_ns": cpu[stat] for stat in ("med", "min", "max", "std")},
-        index=pd.Index(names, name="range"),
-    )
     proj = summarize_projection(ranges, attributed) if projection is None else projection
     pos = positions(ranges.index, proj["range_row"].to_numpy())
     known = pos >= 0
     proj_codes = codes[pos[known]]
-    out["projected_instances"] = np.bincount(proj_codes, minlength=n)
     gpu_span = proj["gpu_duration_ns"].to_numpy()[known].astype(np.int64)
-    out["gpu_span_total_ns"] = sum_by(proj_codes, gpu_span, n)
-    out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
     if same_name_overlaps(ranges, codes):  # a kernel may lie in two instances of one name: count it once
         pair_codes = codes[positions(ranges.index, attributed["range_row"].to_numpy())]
         repeats = repeated_pairs(pair_codes, attributed["op_row"].to_numpy())
         per_row = range_kernel_time(ranges, attributed[~repeats] if repeats is not None else attributed)
     else:  # each (name, kernel) pair is one (instance, kernel) pair: the per-instance sums add up
         per_row = range_kernel_time(ranges, attributed) if kernel_time is None else kernel_time
-    out["kernels"] = sum_by(codes, per_row["kernels"].to_numpy(), n)
-    out["kernel_time_ns"] = sum_by(codes, per_row["kernel_time_ns"].to_numpy(), n)
-    by_category = {col: sum_by(codes, per_row[col].to_numpy(), n) for col in per_row.columns[2:]}
+    return ranges_frame(
+        names,
+        cpu,
+        np.bincount(proj_codes, minlength=n),
+        sum_by(proj_codes, gpu_span, n),
+        sum_by(codes, per_row["kernels"].to_numpy(), n),
+        sum_by(codes, per_row["kernel_time_ns"].to_numpy(), n),
+        {col: sum_by(codes, per_row[col].to_numpy(), n) for col in per_row.columns[2:]},
+        outside_totals(outside_kernels(ops, attributed)) if ops is not None else None,
+    )
+
+
+def outside_totals(outside: pd.DataFrame) -> tuple[int, int, dict[str, int]]:
+    """The kernels no range encloses (``outside_kernels``) as ``ranges_frame`` takes them: count, ns, ns per category."""
+    cat_ns = outside.groupby("category", observed=True)["duration_ns"].sum()
+    return len(outside), int(outside["duration_ns"].sum()), {str(c): int(t) for c, t in cat_ns.items()}
+
+
+def ranges_frame(
+    names,
+    cpu: dict[str, np.ndarray],
+    projected_instances: np.ndarray,
+    gpu_span_total: np.ndarray,
+    kernels: np.ndarray,
+    kernel_time: np.ndarray,
+    by_category: dict[str, np.ndarray],
+    outside: tuple[int, int, dict[str, int]] | None = None,
+) -> pd.DataFrame:
+    """The table of ``summarize_ranges`` from its sums per range name (``names``, in order of first appearance):
+    CPU time statistics (``group_stats``'), projected instances and their GPU span, kernels and their time,
+    ``<category>_ns`` columns of it; ``outside`` (``outside_totals``) adds the row of kernels outside every range.
+    A report read in time windows (``analyze.windows``) makes the same table from its merged sums.
+    """
+    n = len(names)
+    out = pd.DataFrame(
+        {"instances": cpu["count"], "cpu_total_ns": cpu["total"], "cpu_avg_ns": cpu["avg"]}
+        | {f"cpu_{stat}_ns": cpu[stat] for stat in ("med", "min", "max", "std")},
+        index=pd.Index(names, name="range"),
+    )
+    out["projected_instances"] = projected_instances
+    out["gpu_span_total_ns"] = gpu_span_total
+    out["gpu_span_avg_ns"] = out["gpu_span_total_ns"] / out["projected_instances"].replace(0, np.nan)
+    out["kernels"] = kernels
+    out["kernel_time_ns"] = kernel_time
     out = out.reset_index()
-    if ops is not None:
-        outside = outside_kernels(ops, attributed)
-        if len(outside):
-            row = {"range": np.nan, "instances": 0, "cpu_total_ns": 0, "projected_instances": 0}
-            row |= {
-                "gpu_span_total_ns": 0,
-                "kernels": len(outside),
-                "kernel_time_ns": int(outside["duration_ns"].sum()),
-            }
-            out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
-            cat_ns = outside.groupby("category", observed=True)["duration_ns"].sum()
-            by_category = {
-                col: np.append(v, cat_ns.get(col.removesuffix("_ns"), 0)) for col, v in by_category.items()
-            } | {
-                f"{c}_ns": np.append(np.zeros(n, np.int64), t)
-                for c, t in cat_ns.items()
-                if f"{c}_ns" not in by_category
-            }
-            by_category = {f"{c}_ns": by_category[f"{c}_ns"] for c in CATEGORIES if f"{c}_ns" in by_category}
+    if outside is not None and outside[0]:
+        count, total, cat_ns = outside
+        row = {"range": np.nan, "instances": 0, "cpu_total_ns": 0, "projected_instances": 0}
+        row |= {"gpu_span_total_ns": 0, "kernels": count, "kernel_time_ns": total}
+        out = pd.concat([out, pd.DataFrame([row])], ignore_index=True)
+        by_category = {col: np.append(v, cat_ns.get(col.removesuffix("_ns"), 0)) for col, v in by_category.items()} | {
+            f"{c}_ns": np.append(np.zeros(n, np.int64), t) for c, t in cat_ns.items() if f"{c}_ns" not in by_category
+        }
+        by_category = {f"{c}_ns": by_category[f"{c}_ns"] for c in CATEGORIES if f"{c}_ns" in by_category}
     kernel_ns = out["kernel_time_ns"].replace(0, np.nan).to_numpy()
     for col, ns in by_category.items():
         out[f"{col.removesuffix('_ns')}_frac"] = np.nan_to_num(ns / kernel_ns)
@@ -513,8 +536,16 @@ def summarize_range_kernels(
     )
     if ops is not None:
         out = with_outside_kernels(out, outside_kernels(ops, attributed))
+    return range_kernel_frame(out)
+
+
+def range_kernel_frame(out: pd.DataFrame) -> pd.DataFrame:
+    """``summarize_range_kernels``' rows (range, kernel, category, range_instances, count, total_ns; pairs in order of
+    first appearance, then the outside kernels) with each kernel's share of its range name, sorted as it sorts them."""
     range_codes = out["range"].cat.codes.to_numpy().astype(np.int64) + 1  # -1 (no name) gets slot 0
-    range_total = np.bincount(range_codes, weights=out["total_ns"].to_numpy(), minlength=len(ranges.categories) + 1)
+    range_total = np.bincount(
+        range_codes, weights=out["total_ns"].to_numpy(), minlength=len(out["range"].cat.categories) + 1
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         out["share_frac"] = out["total_ns"].to_numpy() / range_total[range_codes]
     order = np.lexsort((-out["total_ns"].to_numpy(), out["range"].cat.codes.to_numpy()))
@@ -538,6 +569,12 @@ def with_outside_kernels(pairs: pd.DataFrame, outside: pd.DataFrame) -> pd.DataF
             "total_ns": g["duration_ns"].sum().to_numpy(),
         }
     )
+    return with_extra_kernels(pairs, extra)
+
+
+def with_extra_kernels(pairs: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """``with_outside_kernels`` from the outside kernels per name (kernel, category, range_instances, count, total_ns;
+    names in order of first appearance)."""
     unnamed = pairs["range"].isna().to_numpy()
     if unnamed.any():
         merged = pd.concat([pairs[unnamed].assign(kernel=pairs["kernel"][unnamed].astype(object)), extra])
@@ -634,6 +671,12 @@ def summarize_phases(
             "window_ns": window_ns,
         }
     )
+    return phase_means(df)
+
+
+def phase_means(df: pd.DataFrame) -> pd.DataFrame:
+    """PHASE_COLUMNS from one row per phase instance (range, cpu_ns, kernels, kernel_ns, window_kernels, window_ns),
+    instances in row order: the tail of ``summarize_phases``, also of a report read in time windows."""
     g = df.groupby("range", sort=False)
     return pd.DataFrame(
         {

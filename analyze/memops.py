@@ -34,10 +34,18 @@ def summarize_memops(memops: pd.DataFrame) -> pd.DataFrame:
     time = group_stats(codes, memops["duration_ns"].to_numpy()[named], n)
     size = group_stats(codes, np.maximum(memops["size_bytes"].to_numpy()[named], 0), n)
     has = time["count"] > 0
+    return memop_table(
+        names.categories[has], {k: v[has] for k, v in time.items()}, {k: v[has] for k, v in size.items()}
+    )
+
+
+def memop_table(names: pd.Index, time: dict[str, np.ndarray], size: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The table of ``summarize_memops`` from each name's time and size statistics (``group_stats``'s, one row a name,
+    in the names' sorted order): also made from a windowed export's merged statistics (``analyze.windows``)."""
     out = pd.DataFrame(
-        {"operation": names.categories[has].astype(str), "count": time["count"][has]}
-        | {f"{s}_ns": time[s][has] for s in STAT_COLUMNS[1:]}
-        | {f"{s}_bytes": size[s][has] for s in STAT_COLUMNS[1:]}
+        {"operation": names.astype(str), "count": time["count"]}
+        | {f"{s}_ns": time[s] for s in STAT_COLUMNS[1:]}
+        | {f"{s}_bytes": size[s] for s in STAT_COLUMNS[1:]}
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         out["bandwidth_gb_per_s"] = np.where(out["total_ns"] > 0, out["total_bytes"] / out["total_ns"], np.nan)

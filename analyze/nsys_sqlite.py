@@ -321,18 +321,30 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
         df["demangled_name"] = _decode(demangled.where(demangled != MISSING, short), strings, "<unknown kernel>")
         df["name"] = _decode(short.where(short != MISSING, demangled), strings, "<unknown kernel>")
     else:  # the demangled name where recorded, else the short one, as one column (the read a report prefetches)
-        df = _with_time_columns(exp.read(exp.lean_kernel_read()))
+        df = exp.read(exp.lean_kernel_read())
         if (df["nameId"] == MISSING).all():
             raise no_name
-        df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
-        df["name"] = df["demangled_name"]
+        df = lean_kernels(df, strings, exp.graph_column)
+        return df if launches is None else _with_launches(df, launches)
     df = with_columns(df, {"pid": pids_of(df["globalPid"].to_numpy()), "graph_id": _graph_ids(df, exp.graph_column)})
-    if details:
-        df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
-    else:
-        unread = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread")
-        df = with_unread_columns(df, [*unread, "shared_memory_bytes", "stream_id"])
-    df = df.rename(
+    df["shared_memory_bytes"] = df["staticSharedMemory"].clip(lower=0) + df["dynamicSharedMemory"].clip(lower=0)
+    df = _renamed_kernels(df)
+    return df if launches is None else _with_launches(df, launches)
+
+
+def lean_kernels(df: pd.DataFrame, strings: pd.Series, graph_column: str | None = None) -> pd.DataFrame:
+    """The kernels of ``read_kernels(details=False)`` from rows of its read (``Catalog.lean_kernel_read``): the
+    whole table, or one time window of it (``analyze.windows``)."""
+    df = _with_time_columns(df)
+    df["demangled_name"] = _decode(df["nameId"], strings, "<unknown kernel>")
+    df["name"] = df["demangled_name"]
+    df = with_columns(df, {"pid": pids_of(df["globalPid"].to_numpy()), "graph_id": _graph_ids(df, graph_column)})
+    unread = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread")
+    return _renamed_kernels(with_unread_columns(df, [*unread, "shared_memory_bytes", "stream_id"]))
+
+
+def _renamed_kernels(df: pd.DataFrame) -> pd.DataFrame:
+    return df.rename(
         columns={
             **ID_COLUMNS,
             "gridX": "grid_x",
@@ -344,7 +356,6 @@ def read_kernels(exp: Export, strings: pd.Series, details: bool = True) -> pd.Da
             "registersPerThread": "registers_per_thread",
         }
     )
-    return df if launches is None else _with_launches(df, launches)
 
 
 def _graph_ids(df: pd.DataFrame, column: str | None) -> np.ndarray:
@@ -419,9 +430,14 @@ def _with_launches(kernels: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFram
 def read_runtime(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
     """CUDA runtime and driver calls, with their API names (both reads: the CUDA API summary needs them)."""
     # without details: the read a report prefetches
-    df = _with_time_columns(
-        exp.select(RUNTIME_TABLE, RUNTIME_COLUMNS) if details else exp.read(exp.lean_runtime_read())
+    return runtime_calls(
+        exp.select(RUNTIME_TABLE, RUNTIME_COLUMNS) if details else exp.read(exp.lean_runtime_read()), strings
     )
+
+
+def runtime_calls(df: pd.DataFrame, strings: pd.Series) -> pd.DataFrame:
+    """The RUNTIME table of rows of the runtime read: the whole table, or one time window (``analyze.windows``)."""
+    df = _with_time_columns(df)
     gtid = df["globalTid"].to_numpy()
     df = df.assign(name=_decode(df["nameId"], strings, "<unknown API>"), correlation_id=df["correlationId"])
     return with_columns(df, {"pid": pids_of(gtid, missing=None), "tid": tids_of(gtid)})
@@ -511,6 +527,21 @@ def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataF
     """
     df = exp.read(exp.nvtx_read())
     text_codes, texts = _nvtx_text(exp, len(df))
+    return nvtx_ranges(df, text_codes, texts, strings, details)
+
+
+def nvtx_ranges(
+    df: pd.DataFrame,
+    text_codes: np.ndarray,
+    texts: np.ndarray,
+    strings: pd.Series,
+    details: bool = True,
+    last: int | None = None,
+) -> pd.DataFrame | None:
+    """The ranges among NVTX_EVENTS rows ``df`` (the integer read, ``Catalog.nvtx_read``) whose texts are
+    ``texts[text_codes]`` (-1: none); None when none is a range. ``last`` is where an unclosed range ends
+    (default: the last timestamp of ``df``): a time window of the table (``analyze.windows``) passes the
+    whole table's, and its domain creations among ``df``."""
     event = df["eventType"].to_numpy()
     is_range = np.isin(event, list(NVTX_RANGE_STYLE))
     if not is_range.any():
@@ -523,7 +554,7 @@ def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataF
     ranges["domain"] = _nvtx_domains(df, event, gtid, label_codes, labels, rows)
     # An unclosed range ends at the last NVTX timestamp, as nsys's reports take it.
     start, end = df["start"].to_numpy(), df["end"].to_numpy()
-    last = max(int(start.max()), int(end.max()), 0)
+    last = max(int(start.max()), int(end.max()), 0) if last is None else last
     ranges["start"], ranges["end"] = start[rows], np.where(end[rows] != MISSING, end[rows], last)
     ranges = _with_time_columns(ranges)
     end_gtid = df["endGlobalTid"].to_numpy()[rows]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ import numpy as np
 MISSING = -1  # what a NULL reads as (nsys ids, times and sizes are never negative)
 LEAF, INTERIOR = 0x0D, 0x05  # table b-tree page types
 MAX_DEPTH = 20  # a b-tree of 4 KiB pages holds ~2^60 rows in fewer levels
+RELEASE_PAGES = 1 << 14  # pages looked at between releases when planning a read piece by piece (64 MiB of 4 KiB)
 CHUNK_PAGES = 256  # leaf pages decoded per step (measured best of 64..4096 on a 1.1M-row table)
 ONES = np.uint64(0x0101010101010101)  # one in each byte (SWAR: eight serial types in one uint64)
 HIGH = np.uint64(0x8080808080808080)
@@ -96,17 +97,10 @@ def _empty(rows: int) -> np.ndarray:
 
 
 def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int, allocate) -> dict[str, np.ndarray] | None:
-    if len(buf) < 512 or buf[18] != 1 or buf[19] != 1:  # 2: WAL mode, whose last writes may live elsewhere
+    plan = _plan(buf, root)
+    if plan is None:
         return None
-    page_size = int.from_bytes(buf[16:18].tobytes(), "big")
-    page_size = 65536 if page_size == 1 else page_size
-    usable = page_size - int(buf[20])
-    words = _Words(buf)
-    leaves = _leaf_pages(words, page_size, usable, len(buf) // page_size, root)
-    if leaves is None:
-        return None
-    counts = (words.big(_page_start(leaves, page_size) + 3) >> np.uint64(48)).astype(np.int64)
-    ends = np.cumsum(counts)  # rows up to and including each leaf
+    words, leaves, ends, page_size, usable = plan
     out = {name: allocate(int(ends[-1])) for name in cids}
     done, last_rowid = 0, -(1 << 63)
     # A few hundred pages at a time: the arrays of each step stay in cache, and the memory
@@ -116,14 +110,101 @@ def _read(buf: np.ndarray, root: int, cids: dict[str, int], ncols: int, allocate
         end = int(ends[first + len(chunk) - 1])
         into = [(out[name][done:end], j) for name, j in cids.items()]
         rowid = _decode(words, chunk, page_size, usable, ncols, into)
-        if rowid is None:
+        if rowid is None or (len(rowid) and rowid[0] <= last_rowid):  # rowids rise through the whole table
             return None
-        if len(rowid):
-            if rowid[0] <= last_rowid:  # rowids rise through the whole table
-                return None
-            last_rowid = rowid[-1]
+        last_rowid = rowid[-1] if len(rowid) else last_rowid
         done = end
     return out
+
+
+def _plan(buf: np.ndarray, root: int, release: Callable[[], None] | None = None):
+    """The table's leaf pages and rows up to each, with the file's geometry; None where not the plain case.
+
+    ``release`` (``integer_chunks``) unmaps the pages looked at, every RELEASE_PAGES of them.
+    """
+    if len(buf) < 512 or buf[18] != 1 or buf[19] != 1:  # 2: WAL mode, whose last writes may live elsewhere
+        return None
+    page_size = int.from_bytes(buf[16:18].tobytes(), "big")
+    page_size = 65536 if page_size == 1 else page_size
+    usable = page_size - int(buf[20])
+    words = _Words(buf)
+    leaves = _leaf_pages(words, page_size, usable, len(buf) // page_size, root, release)
+    if leaves is None:
+        return None
+    counts = (
+        _in_batches(lambda at: words.big(at), _page_start(leaves, page_size) + 3, release) >> np.uint64(48)
+    ).astype(np.int64)
+    return words, leaves, np.cumsum(counts), page_size, usable  # rows up to and including each leaf
+
+
+class PagesDeclined(Exception):
+    """``integer_chunks`` met a page it does not take after ``last_rowid``: read the rest through SQLite."""
+
+    def __init__(self, last_rowid: int):
+        super().__init__(f"pages declined after rowid {last_rowid}")
+        self.last_rowid = last_rowid
+
+
+def integer_chunks(path: Path, root: int, cids: dict[str, int], ncols: int, rows: int) -> Iterator[dict] | None:
+    """``read_integer_columns`` a piece at a time: dicts of about ``rows`` rows each, plus their "rowid".
+
+    For a table larger than memory (``analyze.windows``): only one piece is held at once. None
+    when the table is not the plain case from the start; a piece found odd later raises
+    ``PagesDeclined`` with the last rowid given, so the caller goes on through SQLite from there.
+    """
+    if sys.byteorder != "little":
+        return None
+    with open(path, "rb") as fh:
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+    buf = np.frombuffer(mm, dtype=np.uint8)
+    try:
+        plan = _plan(buf, root, lambda: _release(mm))
+    except (IndexError, ValueError):
+        plan = None
+    if plan is None:
+        return None
+    return _chunks(plan, cids, ncols, max(1, rows), lambda: _release(mm))
+
+
+def _release(mm: mmap.mmap) -> None:
+    """Unmap the file's pages read so far from this process (they stay in the page cache): a mapped page counts in
+    the process's resident memory until then, so a 10 GB file read through would look like 10 GB used."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no madvise here, or the mapping is closed
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
+def _chunks(plan, cids: dict[str, int], ncols: int, rows: int, release: Callable[[], None]) -> Iterator[dict]:
+    """The pieces of ``integer_chunks``: each decoded CHUNK_PAGES leaves a step, as ``_read`` does; the mapped
+    pages are released after each piece."""
+    words, leaves, ends, page_size, usable = plan
+    per_page = max(1, int(ends[-1]) // max(len(leaves), 1))
+    step = max(1, rows // per_page)
+    last_rowid, done = -(1 << 63), 0
+    for first in range(0, len(leaves), step):
+        given = last_rowid  # the last rowid of the pieces yielded: where SQLite takes over
+        piece = leaves[first : first + step]
+        end = int(ends[first + len(piece) - 1])
+        out = {name: np.empty(end - done, dtype=np.int64) for name in cids}
+        rowids, at = [], 0
+        for sub in range(0, len(piece), CHUNK_PAGES):
+            chunk = piece[sub : sub + CHUNK_PAGES]
+            stop = int(ends[first + sub + len(chunk) - 1]) - done
+            try:
+                into = [(out[name][at:stop], j) for name, j in cids.items()]
+                rowid = _decode(words, chunk, page_size, usable, ncols, into)
+            except (IndexError, ValueError):
+                rowid = None
+            if rowid is None or (len(rowid) and rowid[0] <= last_rowid):
+                raise PagesDeclined(given)
+            last_rowid = int(rowid[-1]) if len(rowid) else last_rowid
+            rowids.append(rowid)
+            at = stop
+        done = end
+        release()
+        yield out | {"rowid": np.concatenate(rowids)}
 
 
 def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, ncols: int, into: list):
@@ -166,7 +247,21 @@ def _decode(words: _Words, leaves: np.ndarray, page_size: int, usable: int, ncol
     return None if (values > record_end).any() else rowid
 
 
-def _leaf_pages(words: _Words, page_size: int, usable: int, pages: int, root: int) -> np.ndarray | None:
+def _in_batches(read: Callable[[np.ndarray], np.ndarray], at: np.ndarray, release) -> np.ndarray:
+    """``read(at)``, RELEASE_PAGES offsets at a time with the pages released between (one byte of every leaf page
+    is read to plan a table: all at once, a 10 GB table's pages would all be resident for a moment)."""
+    if release is None or len(at) <= RELEASE_PAGES:
+        return read(at)
+    parts = []
+    for first in range(0, len(at), RELEASE_PAGES):
+        parts.append(read(at[first : first + RELEASE_PAGES]))
+        release()
+    return np.concatenate(parts)
+
+
+def _leaf_pages(
+    words: _Words, page_size: int, usable: int, pages: int, root: int, release: Callable[[], None] | None = None
+) -> np.ndarray | None:
     """The table's leaf pages in key order, walking interior pages a level at a time; None if odd."""
     level = np.array([root], dtype=np.int64)
     seen = 0
@@ -176,7 +271,7 @@ def _leaf_pages(words: _Words, page_size: int, usable: int, pages: int, root: in
         seen += len(level)
         if seen > pages:  # a cycle
             return None
-        kind = words.buf[_page_start(level, page_size)]
+        kind = _in_batches(lambda at: words.buf[at], _page_start(level, page_size), release)
         if (kind == LEAF).all():
             return level if len(np.unique(level)) == len(level) else None
         if not (kind == INTERIOR).all():  # b-trees are balanced: a level is all leaves or all interior

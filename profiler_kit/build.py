@@ -6,6 +6,7 @@ only chooses which tables and charts to show and words the findings.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -122,7 +123,7 @@ def trace_section(res: TraceResult, top: int) -> Section:
     kind = f"{meta.get('format', '?')} {version}".rstrip()
     sec = Section(
         res.label,
-        text=[f"Source: `{res.source}` ({kind})", *findings(res)],
+        text=[f"Source: `{res.source}` ({kind})", *findings(res), *windowed_text(meta)],
     )
     summary = t["summary"][
         [
@@ -206,6 +207,15 @@ def trace_section(res: TraceResult, top: int) -> Section:
     why = findings_section(res.label, t) if "findings" in t else None
     sec.text[1:1], sec.sections[:0] = findings_text(t), [why] if why is not None and why.tables else []
     return sec
+
+
+def windowed_text(meta: dict) -> list[str]:
+    """The sentence of a trace read in time windows (``analyze.windows``), naming what it leaves out."""
+    if "windows" not in meta:
+        return []
+    from profiler_kit.analyze.windowing import windowed_note
+
+    return [windowed_note(meta["windows"])]
 
 
 def ranks_section(res: TraceResult) -> Section:
@@ -566,8 +576,19 @@ def memory_counters_section(res: TraceResult) -> Section:
     )
 
 
-def analyze_source(src, label: str, cache=None, prefetched=None) -> TraceResult:
-    """Read and analyse one trace source, reduced to the small tables a report shows (raises READ_ERRORS)."""
+def analyze_source(src, label: str, cache=None, prefetched=None, window=None) -> TraceResult:
+    """Read and analyse one trace source, reduced to the small tables a report shows (raises READ_ERRORS).
+
+    ``window`` (``analyze.windows.Windowing``): an export it applies to is read a time window at a time.
+    """
+    if window is not None and window.applies(src.path):
+        from profiler_kit import process
+        from profiler_kit.analyze.windows import analyze_windows
+
+        process.tune_windows()
+
+        done = analyze_windows(src.path, window.rows, window.on_window)
+        return TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
     from profiler_kit.analyze.arrays import distinct_values
     from profiler_kit.analyze.breakdown import analyze_trace
     from profiler_kit.analyze.ranks import summarize_rank_time
@@ -588,7 +609,7 @@ def analyze_source(src, label: str, cache=None, prefetched=None) -> TraceResult:
     return TraceResult(label, str(src.path), trace.meta, tables)
 
 
-def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
+def _analyze_task(cache: bool, window, item) -> tuple[TraceResult, list]:
     """``analyze_source`` as a Dask task: its cache write (``cache``: whether to write one) finished there,
     and the folders written. A worker's first task prepares it (``process.prepare_worker``).
     """
@@ -596,11 +617,11 @@ def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
 
     process.prepare_worker()
     if not cache:
-        return analyze_source(*item), []
+        return analyze_source(*item, window=window), []
     from profiler_kit.analyze.trace_cache import CacheWriter
 
     writer = CacheWriter()
-    result = analyze_source(*item, cache=writer)
+    result = analyze_source(*item, cache=writer, window=window)
     return result, writer.finish()
 
 
@@ -613,6 +634,7 @@ def analyze_sources(
     workers: int = 1,
     scheduler=None,
     prefetched=None,
+    window=None,
 ) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
@@ -622,7 +644,8 @@ def analyze_sources(
     ``scheduler`` address runs one task per source on Dask (``profiler_kit.parallel``); the cache folders its
     workers wrote are added to ``cache``'s (``CacheWriter.add``). The results are the same, in the order of ``sources``.
     ``prefetched``: reads started early (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their
-    export (in this process only).
+    export (in this process only). ``window`` (``analyze.windows.Windowing``): which exports are read in time
+    windows (its progress callback runs in this process only).
     """
     from profiler_kit.parallel import map_inputs
 
@@ -630,14 +653,14 @@ def analyze_sources(
     done = (lambda item: on_each(item[0])) if on_each else None
     if scheduler is None and workers <= 1:
         return map_inputs(
-            lambda item: analyze_source(*item, cache=cache, prefetched=prefetched),
+            lambda item: analyze_source(*item, cache=cache, prefetched=prefetched, window=window),
             items,
             key=_path,
             on_done=done,
             skip=skip,
         )
     pairs = map_inputs(
-        functools.partial(_analyze_task, cache is not None),
+        functools.partial(_analyze_task, cache is not None, window and dataclasses.replace(window, on_window=None)),
         items,
         key=_path,
         workers=workers,

@@ -186,6 +186,23 @@ def progress_bar(length: int, label: str):
     return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
 
 
+class WindowProgress:
+    """One progress bar over the time windows of an export read in windows, opened once their number is known."""
+
+    def __init__(self):
+        self.bar, self.opened, self.done = None, None, 0
+
+    def __call__(self, done: int, windows: int) -> None:
+        if self.opened is None:
+            self.opened = progress_bar(windows, "Windows")
+            self.bar, self.done = self.opened.__enter__(), 0
+        self.bar.update(done - self.done)
+        self.done = done
+        if done == windows:
+            self.opened.__exit__(None, None, None)
+            self.opened = None
+
+
 def echo_written(paths: list[Path]) -> None:
     """Tell the user where the output went (stderr, so stdout stays pipeable)."""
     for p in paths:
@@ -409,10 +426,18 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
     is_flag=True,
     help="Neither read nor write the Arrow copy of a big export (.<name>.profiler-kit-cache/ beside it).",
 )
+@click.option(
+    "--window",
+    is_flag=True,
+    help="Read each nsys SQLite export a time window at a time (memory bounded by the window, not the export); "
+    "automatic for an export larger than a fifth of the memory available. Leaves out what needs the whole trace "
+    "at once (the diagnosis and the per-rank table) and says so.",
+)
+@click.option("--window-rows", type=click.IntRange(min=1), default=None, hidden=True)
 @strict_option
 @parallel_options
 @with_exit_codes
-def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, scheduler):
+def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, window, window_rows, workers, scheduler):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
     PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
@@ -437,7 +462,11 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
     prefetched = None
-    if len(paths) == 1 and scheduler is None:  # one big export: its reading starts now, beside the imports below
+    from profiler_kit.analyze.windowing import WINDOW_ROWS, Windowing
+
+    windowing = Windowing(window, window_rows or WINDOW_ROWS, WindowProgress())
+    one_windowed = len(paths) == 1 and Path(paths[0]).is_file() and windowing.applies(Path(paths[0]))
+    if len(paths) == 1 and scheduler is None and not one_windowed:  # one big export: its reading starts now
         with importing():  # the early read imports numpy before it forks its reader
             from profiler_kit.analyze.nsys_prefetch import Prefetch
             from profiler_kit.analyze.trace_cache import prefetch_uncached
@@ -473,7 +502,10 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
             workers=workers,
             scheduler=scheduler,
             prefetched=prefetched,
+            window=windowing,
         )
+    for path, reason in windowing.refused.items():
+        click.echo(f"{path}: read whole, not in time windows ({reason})", err=True)
     loaded = []
     if snapshots:
         from profiler_kit.build_memory import load_snapshots, memory_sections

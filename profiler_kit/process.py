@@ -44,6 +44,17 @@ def tune_report() -> None:
     keep_freed_memory(REPORT_KEPT_BYTES, LARGEST_HEAP_BLOCK)
 
 
+WINDOWED_KEPT_BYTES = 256 << 20  # freed memory kept by a report read in time windows (analyze/windows.py)
+
+
+def tune_windows() -> None:
+    """Settings of a report that reads an export in time windows: keep less freed memory (``tune_report`` keeps
+    up to 1 GiB), so that its peak is the window's. The 1 GB export's report peaked at 1.30 GB with 1 GiB kept."""
+    from profiler_kit.analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
+
+    keep_freed_memory(WINDOWED_KEPT_BYTES, LARGEST_HEAP_BLOCK)
+
+
 @functools.cache
 def prepare_worker() -> None:
     """Once per Dask worker process (its first task): ``tune_report``, and what it has imported (Dask's objects
