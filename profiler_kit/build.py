@@ -6,7 +6,6 @@ only chooses which tables and charts to show and words the findings.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -587,20 +586,9 @@ def analyze_source(src, label: str, cache=None, prefetched=None) -> TraceResult:
     return TraceResult(label, str(src.path), trace.meta, tables)
 
 
-def _analyze_task(cache: bool, item) -> tuple[TraceResult, list]:
-    """``analyze_source`` as a Dask task: its cache write (``cache``: whether to write one) finished there,
-    and the folders written. A worker's first task prepares it (``process.prepare_worker``).
-    """
-    from profiler_kit import process
-
-    process.prepare_worker()
-    if not cache:
-        return analyze_source(*item), []
-    from profiler_kit.analyze.trace_cache import CacheWriter
-
-    writer = CacheWriter()
-    result = analyze_source(*item, cache=writer)
-    return result, writer.finish()
+def analyze_item(item: tuple, cache=None, prefetched=None) -> TraceResult:
+    """``analyze_source`` of one (source, label) pair: a task of ``analyze_sources``."""
+    return analyze_source(*item, cache=cache, prefetched=prefetched)
 
 
 def analyze_sources(
@@ -609,45 +597,25 @@ def analyze_sources(
     on_each=None,
     cache=None,
     skip=None,
-    workers: int = 1,
-    scheduler=None,
+    session=None,
     prefetched=None,
 ) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
     ``cache``, an ``analyze.trace_cache.CacheWriter``, keeps big exports' tables beside them for the next report.
     ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
-    (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``workers`` > 1 or a
-    ``scheduler`` address runs one task per source on Dask (``profiler_kit.parallel``); the cache folders its
-    workers wrote are added to ``cache``'s (``CacheWriter.add``). The results are the same, in the order of ``sources``.
-    ``prefetched``: reads started early (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their
-    export (in this process only).
+    (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``session``, a
+    ``profiler_kit.parallel.Session``, says where the work runs (default: in this process); on Dask each source
+    is one task. The results are the same, in the order of ``sources``. ``prefetched``: reads started early
+    (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their export (in this process only).
     """
-    from profiler_kit.parallel import map_inputs
+    from profiler_kit.parallel import Session
 
     items = [(src, label_for(src.path, roots)) for src in sources]
     done = (lambda item: on_each(item[0])) if on_each else None
-    if scheduler is None and workers <= 1:
-        return map_inputs(
-            lambda item: analyze_source(*item, cache=cache, prefetched=prefetched),
-            items,
-            key=_path,
-            on_done=done,
-            skip=skip,
-        )
-    pairs = map_inputs(
-        functools.partial(_analyze_task, cache is not None),
-        items,
-        key=_path,
-        workers=workers,
-        scheduler=scheduler,
-        on_done=done,
-        skip=skip,
+    return (session or Session()).map_reading(
+        analyze_item, items, cache=cache, prefetched=prefetched, key=_path, on_done=done, skip=skip
     )
-    for _, folders in pairs:
-        if cache is not None:
-            cache.add(folders)
-    return [res for res, _ in pairs]
 
 
 def _path(item):

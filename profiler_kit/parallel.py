@@ -56,27 +56,87 @@ def default_workers(paths: list, cores: int | None = None) -> int:
     return min(cores, len(paths)) if total >= CLUSTER_MIN_BYTES else 1
 
 
-def map_inputs(
-    fn: Callable,
-    items: Iterable,
-    *,
-    key: Callable = str,
-    workers: int = 1,
-    scheduler: str | None = None,
-    on_done: Callable | None = None,
-    skip: Callable | None = None,
-    errors: tuple = READ_ERRORS,
-    retries: int = 1,
-) -> list:
-    """``[fn(item) for item in items]`` less the skipped, in item order; ``on_done(item)`` after each (progress).
+def map_inputs(fn: Callable, items: Iterable, *, workers: int = 1, scheduler: str | None = None, **kw) -> list:
+    """``Session(workers, scheduler).map(fn, items, **kw)``, the session closed after: one map, one cluster."""
+    with Session(workers, scheduler) as session:
+        return session.map(fn, items, **kw)
 
-    ``fn`` must be picklable (a module-level function or a functools.partial of one) when it runs on Dask.
-    ``skip(key(item), error)`` takes each item that fails; without it the first failure is raised.
-    """
-    items = list(items)
-    if scheduler is None and (workers <= 1 or len(items) == 0):
-        return _in_process(fn, items, key, on_done, skip, errors)
-    return _on_dask(fn, items, key, workers, scheduler, on_done, skip, errors, retries)
+
+class Session:
+    """Where maps run: this process (one worker, no scheduler), else a Dask cluster started at the first map
+    that needs it and kept for the next ones (``diff`` maps both sides, then maybe again per op), closed on exit."""
+
+    def __init__(self, workers: int = 1, scheduler: str | None = None):
+        self.workers, self.scheduler = workers, scheduler
+        self._client = None
+
+    @property
+    def on_dask(self) -> bool:
+        return self.scheduler is not None or self.workers > 1
+
+    def map(
+        self,
+        fn: Callable,
+        items: Iterable,
+        *,
+        key: Callable = str,
+        on_done: Callable | None = None,
+        skip: Callable | None = None,
+        errors: tuple = READ_ERRORS,
+        retries: int = 1,
+    ) -> list:
+        """``[fn(item) for item in items]`` less the skipped, in item order; ``on_done(item)`` after each (progress).
+
+        ``fn`` must be picklable (a module-level function or a functools.partial of one) when it runs on Dask.
+        ``skip(key(item), error)`` takes each item that fails; without it the first failure is raised.
+        """
+        items = list(items)
+        if not self.on_dask or not items:
+            return _in_process(fn, items, key, on_done, skip, errors)
+        if self._client is None:
+            self._client = _client(self.workers, self.scheduler)
+            self._client.__enter__()
+        return _on_dask(self._client.client, fn, items, key, on_done, skip, errors, retries)
+
+    def map_reading(self, fn: Callable, items: Iterable, *, cache=None, prefetched=None, **kw) -> list:
+        """``map`` of ``fn(item, cache=, prefetched=)``, a reader of inputs: in this process with the command's
+        ``cache`` (an ``analyze.trace_cache.CacheWriter``) and ``prefetched`` reads; on Dask each task writes
+        its own cache, finished there, and the folders it wrote are added to ``cache``'s."""
+        if not self.on_dask:
+            return self.map(functools.partial(_with, fn, cache, prefetched), items, **kw)
+        pairs = self.map(functools.partial(reading_task, fn, cache is not None), items, **kw)
+        if cache is not None:
+            for _, folders in pairs:
+                cache.add(folders)
+        return [res for res, _ in pairs]
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._client is not None:
+            self._client.__exit__(*exc)
+            self._client = None
+        return False
+
+
+def _with(fn, cache, prefetched, item):
+    return fn(item, cache=cache, prefetched=prefetched)
+
+
+def reading_task(fn: Callable, cache: bool, item) -> tuple:
+    """``fn(item)`` as a Dask task, and the cache folders it wrote (``cache``: whether to write them), its
+    writes finished there. A worker's first task prepares it (``process.prepare_worker``)."""
+    from profiler_kit import process
+
+    process.prepare_worker()
+    if not cache:
+        return fn(item), []
+    from profiler_kit.analyze.trace_cache import CacheWriter
+
+    writer = CacheWriter()
+    result = fn(item, cache=writer)
+    return result, writer.finish()
 
 
 def _in_process(fn, items, key, on_done, skip, errors) -> list:
@@ -110,34 +170,33 @@ def key_of(item) -> str:
     return str(getattr(item, "path", item))
 
 
-def _on_dask(fn, items, key, workers, scheduler, on_done, skip, errors, retries) -> list:
+def _on_dask(client, fn, items, key, on_done, skip, errors, retries) -> list:
     from distributed import as_completed
 
     results: list = [None] * len(items)
     done = [False] * len(items)
-    with _client(workers, scheduler) as client:
-        futures = client.map(functools.partial(_guarded, fn, errors), items, pure=False, retries=retries)
-        index = {f.key: i for i, f in enumerate(futures)}
-        out, next_i = [], 0
-        try:
-            for fut in as_completed(futures, loop=client.loop):
-                i = index[fut.key]
-                results[i] = _outcome(fut, key(items[i]))
-                done[i] = True
-                if on_done and not isinstance(results[i], _Failed):
-                    on_done(items[i])
-                while next_i < len(items) and done[next_i]:  # hand on in item order, as the loop does
-                    res = results[next_i]
-                    results[next_i] = None
-                    if isinstance(res, _Failed):
-                        if skip is None:
-                            raise res.error
-                        skip(key(items[next_i]), res.error)
-                    else:
-                        out.append(res)
-                    next_i += 1
-        finally:
-            client.cancel(futures)
+    futures = client.map(functools.partial(_guarded, fn, errors), items, pure=False, retries=retries)
+    index = {f.key: i for i, f in enumerate(futures)}
+    out, next_i = [], 0
+    try:
+        for fut in as_completed(futures, loop=client.loop):
+            i = index[fut.key]
+            results[i] = _outcome(fut, key(items[i]))
+            done[i] = True
+            if on_done and not isinstance(results[i], _Failed):
+                on_done(items[i])
+            while next_i < len(items) and done[next_i]:  # hand on in item order, as the loop does
+                res = results[next_i]
+                results[next_i] = None
+                if isinstance(res, _Failed):
+                    if skip is None:
+                        raise res.error
+                    skip(key(items[next_i]), res.error)
+                else:
+                    out.append(res)
+                next_i += 1
+    finally:
+        client.cancel(futures)
     return out
 
 
