@@ -318,11 +318,12 @@ def parallel_options(fn):
     """--workers, --scheduler and --progress: where the per-input work runs (``profiler_kit.parallel``), and a
     bar of the inputs done."""
     fn = click.option(
-        "--progress/--no-progress",
+        "--no-progress",
+        "progress",
+        flag_value=False,
         default=True,
-        show_default=True,
-        help="A progress bar of the inputs done on stderr, moved by each input's task as it finishes (none when "
-        "stderr is not a terminal).",
+        help="No progress bar. Without it, a terminal's stderr shows one of the inputs done, moved as each input's "
+        "task finishes (none when stderr is not a terminal).",
     )(fn)
     fn = click.option(
         "--scheduler",
@@ -335,8 +336,9 @@ def parallel_options(fn):
         "--workers",
         type=click.IntRange(min=1),
         default=None,
-        help="Processes that read and analyse the inputs at once, on a local Dask cluster; 1 reads them here, one "
-        "after another [default: one per core for several inputs of 256 MiB or more in all, else 1].",
+        help="Processes that read and analyse the inputs at once: this one and N-1 more on a local Dask cluster; 1 "
+        "reads them here, one after another [default: one per core for several inputs of 256 MiB or more in all, "
+        "else 1].",
     )(fn)
 
 

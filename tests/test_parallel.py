@@ -305,3 +305,65 @@ def test_page_reader_leaves_a_mapping_still_viewed(tmp_path, monkeypatch):
     path.write_bytes(b"\0" * 4096)
     assert sqlite_pages.read_integer_columns(path, 1, {"x": 0}, 1)["x"].tolist() == [0]
     assert held[0][0] == 0  # the view still reads the file
+
+
+def _pid_or_fail(x: int) -> tuple[int, int]:
+    if x == 3:
+        raise OSError(5, "unreadable")
+    time.sleep(0.2)
+    return os.getpid(), x
+
+
+@pytest.mark.slow
+def test_local_cluster_and_this_process_share_the_inputs_each_counted_once():
+    from profiler_kit.parallel import Session
+
+    done, skipped = [], []
+    with Session(workers=2) as session:
+
+        def here(x):  # this process waits for the cluster before its first result, so both sides read some
+            end = time.monotonic() + WAIT_S
+            while session.ready_client() is None and time.monotonic() < end:
+                time.sleep(0.05)
+            return _pid_or_fail(x)
+
+        got = session.map(_pid_or_fail, range(12), local=here, on_done=done.append, skip=lambda k, e: skipped.append(k))
+    assert [x for _, x in got] == [x for x in range(12) if x != 3]  # in item order, the failed one left out
+    assert sorted(done) == [x for x in range(12) if x != 3]  # progress: once per input read, by either side
+    assert skipped == ["3"]
+    assert os.getpid() in {pid for pid, _ in got} and len({pid for pid, _ in got}) == 2
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    """The bar is drawn on a terminal's stderr (here a pseudo-terminal), not with --no-progress, never in a pipe."""
+    import pty
+
+    folder = batch(tmp_path, corrupt=False)
+
+    def stderr_of(*options, tty: bool) -> str:
+        cmd = [sys.executable, "-m", "profiler_kit", "report", str(folder), "-o", str(tmp_path / "out"), "--no-html",
+               "--workers", "1", *options]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        if not tty:
+            return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WAIT_S * 3).stderr
+        main, side = pty.openpty()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=side)
+        os.close(side)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the terminal's other side closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(timeout=WAIT_S * 3)
+        os.close(main)
+        return b"".join(chunks).decode(errors="replace")
+
+    n = len(INPUTS)
+    drawn = stderr_of(tty=True)
+    assert "Analysing" in drawn and f"{n}/{n}" in drawn
+    assert "Analysing" not in stderr_of("--no-progress", tty=True)
+    assert "Analysing" not in stderr_of(tty=False)
