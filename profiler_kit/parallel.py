@@ -1,10 +1,11 @@
 """Map inputs to results: in this process, or as tasks on Dask's distributed scheduler.
 
-One function, ``map_inputs``, runs ``fn(item)`` for every item and returns the results in item order. With one
-worker it is a plain loop in this process (no Dask import); with several it starts a local cluster of that many
-processes, and with a scheduler address it uses a running cluster (``dask scheduler`` / ``dask worker``,
-dask-jobqueue, Kubernetes). Workers read the inputs from the paths they are given: on a cluster they need the
-same files at the same paths (a shared filesystem).
+``Session(workers, scheduler).map(fn, items)`` runs ``fn(item)`` for every item and returns the results in item
+order (``map_inputs``: one map, one session). With one worker it is a plain loop in this process (no Dask
+import); with N it reads here too, beside a local cluster of N-1 processes started meanwhile; with a scheduler
+address it uses a running cluster (``dask scheduler`` / ``dask worker``, dask-jobqueue, Kubernetes). Workers
+read the inputs from the paths they are given: on a cluster they need the same files at the same paths (a
+shared filesystem).
 
 Faults, the same on every path: an item whose ``fn`` raises one of ``errors`` (an input it cannot read) goes to
 ``skip(key, error)`` in item order and is left out. On Dask, a task that raises anything else is retried
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 from profiler_kit.analyze.errors import InputError
 from profiler_kit.analyze.sources import READ_ERRORS
 
-# Below this many bytes of input the default stays in this process. A local cluster's fixed cost, measured on a
-# 2-core machine under load ~9: 4.2 s to start, 2.2 s to close, ~3 CPU-s per spawned worker to import pandas and
-# the readers again. benchmarks/bench_workers.py there: 32 inputs of 240 MiB in all ran 0.73x as fast on two
-# workers, 880 MiB 1.24x; the threshold lies between (not measured on an idle machine).
+# Below this many bytes of input the default stays in this process. Measured with spawned workers and no reading
+# here meanwhile, on a 2-core machine under load ~9: a cluster took 4.2 s to start, 2.2 s to close, ~3 CPU-s per
+# worker to import pandas and the readers; 32 inputs of 240 MiB ran 0.73x as fast on two workers, 880 MiB 1.24x.
+# (Since then this process reads while the cluster starts, and workers fork preloaded: not measured quiet.)
 CLUSTER_MIN_BYTES = 256 * 2**20
 LOCAL_WORKER_CONFIG = {
     # Dask's sampling profiler walks the task's stack every 10 ms: CPU taken from a task that holds the GIL, for
