@@ -6,6 +6,7 @@ only chooses which tables and charts to show and words the findings.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,7 @@ class TraceResult:
     source: str
     meta: dict
     tables: dict[str, pd.DataFrame]
+    section: Section | None = None  # its part of the report (trace_section), when built beside its reading
 
 
 def _pct(x: float) -> str:
@@ -499,7 +501,7 @@ def build_report(
         report.sections.append(skipped_section(skipped))
     if len(results) > 1:
         report.sections.append(comparison_section(results))
-    report.sections.extend(trace_section(r, top) for r in results)
+    report.sections.extend(r.section or trace_section(r, top) for r in results)
     report.sections.extend(cross_rank_sections(results))  # profiler_kit/build_findings.py
     report.sections.extend(extra or [])
     return report
@@ -592,9 +594,20 @@ def _small_meta(meta: dict) -> dict:
     return {k: v for k, v in meta.items() if not isinstance(v, pd.DataFrame | np.ndarray)}
 
 
-def analyze_item(item: tuple, cache=None, prefetched=None) -> TraceResult:
-    """``analyze_source`` of one (source, label) pair: a task of ``analyze_sources``."""
-    return analyze_source(*item, cache=cache, prefetched=prefetched)
+def analyze_item(
+    item: tuple, cache=None, prefetched=None, top: int | None = None, markdown: bool = False
+) -> TraceResult:
+    """``analyze_source`` of one (source, label) pair: a task of ``analyze_sources``. With ``top``, its section
+    of the report is built there too, and with ``markdown`` rendered: on Dask, in parallel. The client's serial
+    share of a markdown report of 32 shared captures was 0.20 CPU-s per trace (0.10 building, 0.10 rendering)."""
+    res = analyze_source(*item, cache=cache, prefetched=prefetched)
+    if top is not None:
+        res.section = trace_section(res, top)
+        if markdown:
+            from profiler_kit.render.markdown import prerender
+
+            prerender(res.section)
+    return res
 
 
 def analyze_sources(
@@ -605,6 +618,8 @@ def analyze_sources(
     skip=None,
     session=None,
     prefetched=None,
+    top: int | None = None,
+    markdown: bool = False,
 ) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
@@ -613,14 +628,22 @@ def analyze_sources(
     (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``session``, a
     ``profiler_kit.parallel.Session``, says where the work runs (default: in this process); on Dask each source
     is one task. The results are the same, in the order of ``sources``. ``prefetched``: reads started early
-    (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their export (in this process only).
+    (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their export (in this process only). ``top``:
+    each trace's section of the report built beside its reading, for ``build_report`` with that ``top``
+    (``markdown``: and its tables rendered, for a markdown report).
     """
     from profiler_kit.parallel import Session
 
     items = [(src, label_for(src.path, roots)) for src in sources]
     done = (lambda item: on_each(item[0])) if on_each else None
     return (session or Session()).map_reading(
-        analyze_item, items, cache=cache, prefetched=prefetched, key=_path, on_done=done, skip=skip
+        functools.partial(analyze_item, top=top, markdown=markdown),
+        items,
+        cache=cache,
+        prefetched=prefetched,
+        key=_path,
+        on_done=done,
+        skip=skip,
     )
 
 

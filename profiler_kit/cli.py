@@ -490,6 +490,8 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, workers, s
             skip=skips,
             session=run,
             prefetched=prefetched,
+            top=top,
+            markdown=fmt == "md",
         )
     loaded = []
     if snapshots:
