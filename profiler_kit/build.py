@@ -599,7 +599,8 @@ def analyze_item(
 ) -> TraceResult:
     """``analyze_source`` of one (source, label) pair: a task of ``analyze_sources``. With ``top``, its section
     of the report is built there too, and with ``markdown`` rendered: on Dask, in parallel. The client's serial
-    share of a markdown report of 32 shared captures was 0.20 CPU-s per trace (0.10 building, 0.10 rendering)."""
+    share of a markdown report of 32 shared captures was 0.20 CPU-s per trace (0.10 building, 0.10 rendering),
+    3 ms with both done here (benchmarks/bench_workers.py --reduce)."""
     res = analyze_source(*item, cache=cache, prefetched=prefetched)
     if top is not None:
         res.section = trace_section(res, top)
