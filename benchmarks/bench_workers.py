@@ -6,7 +6,10 @@ temporary folder. Each configuration runs
 as its own `python -m profiler_kit report` process; the process tree is sampled every 50 ms for each process's
 resident memory. Prints the load average, since other work on the machine changes the ratio.
 
-    python benchmarks/bench_workers.py [--inputs 32] [--copies 8] [--repeat 1]
+    python benchmarks/bench_workers.py [--inputs 32] [--copies 8] [--repeat 1] [--reduce]
+
+--reduce also times the client's part per result: unpickling it (the gather) and building the markdown report from
+32, 256 and 1,024 of them (the reduce), in this process.
 """
 
 from __future__ import annotations
@@ -83,7 +86,8 @@ def run(folder: Path, out: Path, workers: int) -> tuple[float, dict[str, int], f
             peaks[p.pid] = (role, max(rss, peaks.get(p.pid, ("", 0))[1]))
         time.sleep(0.05)
     wall = time.perf_counter() - start
-    total_cpu = _children_cpu() - cpu0
+    # the reaped tree's rusage misses the workers a forkserver forked (not our children): the samples' sum
+    total_cpu = max(_children_cpu() - cpu0, sum(cpu.values()))
     err = proc.stderr.read()
     if proc.returncode != 0:
         sys.exit(f"report --workers {workers} failed ({proc.returncode}):\n{err}")
@@ -104,13 +108,49 @@ def _children_cpu() -> float:
 
 def _role(p: psutil.Process, top: psutil.Process) -> str:
     if p.pid == top.pid:
-        return "client (report, scheduler)"
+        return "client (reads too; report, scheduler, nannies)"
     cmd = " ".join(p.cmdline())
     if "multiprocessing.resource_tracker" in cmd:
         return "resource tracker"
-    if "spawn_main" in cmd:  # the local cluster's nannies live in the client; each spawns one worker
+    if "multiprocessing.forkserver" in cmd:  # the server (the client's child) and the workers it forks
+        return "forkserver" if p.ppid() == top.pid else "worker"
+    if "spawn_main" in cmd:  # spawned by a nanny (multiprocessing-method spawn)
         return "worker"
     return cmd[:40]
+
+
+def reduce_cost(scale: tuple[int, ...] = (32, 256, 1024)) -> None:
+    """The client's share: per result, its pickled size and unpickling time (the gather), and the markdown
+    report built and rendered from n results, each trace's section built and rendered in its task as `report`
+    does: the distinct captures' results repeated (a result holds summary tables and its section, whose size
+    does not grow with a capture's length)."""
+    import pickle
+
+    from profiler_kit import process
+
+    process.tune_report()
+    from profiler_kit.analyze.sources import discover
+
+    from profiler_kit.build import analyze_item, build_report
+    from profiler_kit.output import render_report_files
+
+    results = [analyze_item((src, src.path.name), top=15, markdown=True) for src in discover(inputs())]
+    blobs = [pickle.dumps(r, protocol=5) for r in results]
+    start = time.process_time()
+    for b in blobs:
+        pickle.loads(b)
+    unpickle = (time.process_time() - start) / len(blobs)
+    sizes = sorted(len(b) for b in blobs)
+    print(f"client gather: {sizes[len(sizes) // 2] / 1024:.0f} KiB pickled per result (median; "
+          f"{sizes[0] / 1024:.0f}-{sizes[-1] / 1024:.0f}), {unpickle * 1e3:.1f} ms CPU to unpickle one")  # fmt: skip
+    for n in scale:
+        many = [results[i % len(results)] for i in range(n)]
+        many = [type(r)(f"{i:04d}_{r.label}", r.source, r.meta, r.tables, r.section) for i, r in enumerate(many)]
+        start = time.process_time()
+        render_report_files(build_report(many), "report", "md", html=False)
+        took = time.process_time() - start
+        print(f"client reduce: markdown report of {n} results built and rendered in {took:.2f} CPU-s, "
+              f"{took / n * 1e3:.0f} ms per result")  # fmt: skip
 
 
 def files(out: Path) -> dict[str, bytes]:
@@ -122,6 +162,7 @@ def main() -> None:
     ap.add_argument("--inputs", type=int, default=32)
     ap.add_argument("--copies", type=int, default=8, help="each nsys export replicated this many times along time")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest counts")
+    ap.add_argument("--reduce", action="store_true", help="also time the client's gather and reduce per result")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         folder = Path(tmp) / "in"
@@ -148,6 +189,8 @@ def main() -> None:
                   f"{busiest}); peak RSS per process: {per}")  # fmt: skip
         print(f"speed ratio (--workers 1 time / --workers 2 time): {best[1][0] / best[2][0]:.2f}x; "
               f"identical output: {'yes' if same else 'NO'}; load average after: {os.getloadavg()[0]:.1f}")  # fmt: skip
+        if args.reduce:
+            reduce_cost()
         if not same:
             sys.exit(1)
 

@@ -41,6 +41,7 @@ class TraceResult:
     source: str
     meta: dict
     tables: dict[str, pd.DataFrame]
+    section: Section | None = None  # its part of the report (trace_section), when built beside its reading
 
 
 def _pct(x: float) -> str:
@@ -511,7 +512,7 @@ def build_report(
         report.sections.append(skipped_section(skipped))
     if len(results) > 1:
         report.sections.append(comparison_section(results))
-    report.sections.extend(trace_section(r, top) for r in results)
+    report.sections.extend(r.section or trace_section(r, top) for r in results)
     report.sections.extend(cross_rank_sections(results))  # profiler_kit/build_findings.py
     report.sections.extend(extra or [])
     return report
@@ -606,23 +607,30 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
     pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)
     if not one_value_view(pid) and len(distinct_values(pid[is_kernel])) > 1:  # several processes launched kernels
         tables["ranks"] = summarize_rank_time(ops[is_kernel])
-    return TraceResult(label, str(src.path), trace.meta, tables)
+    return TraceResult(label, str(src.path), _small_meta(trace.meta), tables)
 
 
-def _analyze_task(cache: bool, window, item) -> tuple[TraceResult, list]:
-    """``analyze_source`` as a Dask task: its cache write (``cache``: whether to write one) finished there,
-    and the folders written. A worker's first task prepares it (``process.prepare_worker``).
-    """
-    from profiler_kit import process
+def _small_meta(meta: dict) -> dict:
+    """The trace's metadata less its trace-sized tables (a Kineto trace's CPU ops and their ranges, which the
+    diagnosis above has used): 0.7-0.9 MiB of a Kineto result's 1.0-1.9 MiB pickled, gathered for nothing."""
+    return {k: v for k, v in meta.items() if not isinstance(v, pd.DataFrame | np.ndarray)}
 
-    process.prepare_worker()
-    if not cache:
-        return analyze_source(*item, window=window), []
-    from profiler_kit.analyze.trace_cache import CacheWriter
 
-    writer = CacheWriter()
-    result = analyze_source(*item, cache=writer, window=window)
-    return result, writer.finish()
+def analyze_item(
+    item: tuple, cache=None, prefetched=None, top: int | None = None, markdown: bool = False, window=None
+) -> TraceResult:
+    """``analyze_source`` of one (source, label) pair: a task of ``analyze_sources``. With ``top``, its section
+    of the report is built there too, and with ``markdown`` rendered: on Dask, in parallel. The client's serial
+    share of a markdown report of 32 shared captures was 0.20 CPU-s per trace (0.10 building, 0.10 rendering),
+    3 ms with both done here (benchmarks/bench_workers.py --reduce). ``window``: as ``analyze_source``'s."""
+    res = analyze_source(*item, cache=cache, prefetched=prefetched, window=window)
+    if top is not None:
+        res.section = trace_section(res, top)
+        if markdown:
+            from profiler_kit.render.markdown import prerender
+
+            prerender(res.section)
+    return res
 
 
 def analyze_sources(
@@ -631,47 +639,41 @@ def analyze_sources(
     on_each=None,
     cache=None,
     skip=None,
-    workers: int = 1,
-    scheduler=None,
+    session=None,
     prefetched=None,
     window=None,
+    top: int | None = None,
+    markdown: bool = False,
 ) -> list[TraceResult]:
     """Read and analyse every trace source; ``on_each`` is called after each (for progress).
 
     ``cache``, an ``analyze.trace_cache.CacheWriter``, keeps big exports' tables beside them for the next report.
     ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
-    (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``workers`` > 1 or a
-    ``scheduler`` address runs one task per source on Dask (``profiler_kit.parallel``); the cache folders its
-    workers wrote are added to ``cache``'s (``CacheWriter.add``). The results are the same, in the order of ``sources``.
-    ``prefetched``: reads started early (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their
-    export (in this process only). ``window`` (``analyze.windows.Windowing``): which exports are read in time
-    windows (its progress callback runs in this process only).
+    (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``session``, a
+    ``profiler_kit.parallel.Session``, says where the work runs (default: in this process); on Dask each source
+    is one task. The results are the same, in the order of ``sources``. ``prefetched``: reads started early
+    (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their export (in this process only). ``top``:
+    each trace's section of the report built beside its reading, for ``build_report`` with that ``top``
+    (``markdown``: and its tables rendered, for a markdown report). ``window``
+    (``analyze.windows.Windowing``): which exports are read in time windows (its progress callback runs in this
+    process only).
     """
-    from profiler_kit.parallel import map_inputs
+    from profiler_kit.parallel import Session
 
     items = [(src, label_for(src.path, roots)) for src in sources]
     done = (lambda item: on_each(item[0])) if on_each else None
-    if scheduler is None and workers <= 1:
-        return map_inputs(
-            lambda item: analyze_source(*item, cache=cache, prefetched=prefetched, window=window),
-            items,
-            key=_path,
-            on_done=done,
-            skip=skip,
-        )
-    pairs = map_inputs(
-        functools.partial(_analyze_task, cache is not None, window and dataclasses.replace(window, on_window=None)),
+    session = session or Session()
+    if window is not None and session.on_dask:
+        window = dataclasses.replace(window, on_window=None)  # a callback of this process: not sent to workers
+    return session.map_reading(
+        functools.partial(analyze_item, top=top, markdown=markdown, window=window),
         items,
+        cache=cache,
+        prefetched=prefetched,
         key=_path,
-        workers=workers,
-        scheduler=scheduler,
         on_done=done,
         skip=skip,
     )
-    for _, folders in pairs:
-        if cache is not None:
-            cache.add(folders)
-    return [res for res, _ in pairs]
 
 
 def _path(item):

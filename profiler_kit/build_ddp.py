@@ -18,7 +18,6 @@ import pandas as pd
 from profiler_kit.analyze.errors import InputError
 from profiler_kit.analyze.ranks import (
     compare_variants,
-    concat_ranks,
     ddp_scaling,
     launch_keys,
     slowest_rank_per_step,
@@ -37,13 +36,27 @@ RANK_FILE = re.compile(r"^(?P<label>.+)_rank(?P<rank>\d+)\.json(\.gz)?$")
 
 
 @dataclass
+class RankTables:
+    """The small tables of one per-rank trace (or of one multi-rank export), all the report needs of it."""
+
+    label: str
+    kernels: int  # kernels read
+    ranks: pd.DataFrame  # summarize_rank_time rows
+    steps: pd.DataFrame  # step_ranges rows
+    per_step: pd.DataFrame  # summarize_steps rows
+
+
+@dataclass
 class DdpInputs:
-    """What a results folder holds, read: benchmark rows and, per variant, its kernels and step ranges."""
+    """What a results folder holds, read: benchmark rows and, per variant, its per-rank and per-step tables."""
 
     allreduce: pd.DataFrame | None = None
     ddp: pd.DataFrame | None = None
-    kernels: dict[str, pd.DataFrame] = field(default_factory=dict)  # label -> kernels with rank, category
+    kernels: dict[str, int] = field(default_factory=dict)  # label -> kernels read
+    ranks: dict[str, pd.DataFrame] = field(default_factory=dict)  # label -> summarize_rank_time
     steps: dict[str, pd.DataFrame] = field(default_factory=dict)  # label -> rank, step, start_ns, end_ns, ...
+    per_step: dict[str, pd.DataFrame] = field(default_factory=dict)  # label -> summarize_steps
+    skipped: list = field(default_factory=list)  # analyze.sources.Skipped rows
 
 
 def _classify(trace: Trace) -> pd.DataFrame:
@@ -52,10 +65,47 @@ def _classify(trace: Trace) -> pd.DataFrame:
     return classify_kernels(trace.kernels)
 
 
-def load_ddp_inputs(folder: Path) -> DdpInputs:
-    """Read every result file under ``folder``; InputError when there is none."""
+def rank_tables(item: tuple, cache=None, prefetched=None) -> RankTables:
+    """The per-input task of ``ddp-report``: ("rank", label, rank, path) for one rank's Kineto trace, or
+    ("export", label, None, path) for a multi-rank nsys export (its processes are its ranks)."""
     from profiler_kit.analyze.kineto import read_kineto
     from profiler_kit.analyze.nsys_sqlite import read_nsys_sqlite
+
+    kind, label, rank, path = item
+    if kind == "rank":
+        trace = read_kineto(path)
+        k = _classify(trace).assign(rank=rank)
+        steps = step_ranges(trace.nvtx.assign(rank=rank))
+    else:
+        trace = read_nsys_sqlite(path)
+        k = with_ranks(_classify(trace))
+        steps = step_ranges(trace.nvtx, k)
+    per_step = summarize_steps(k, steps) if len(steps) else pd.DataFrame()
+    return RankTables(label, len(k), summarize_rank_time(k), steps, per_step)
+
+
+def ddp_trace_items(folder: Path) -> list[tuple]:
+    """The traces under ``folder``, one ``rank_tables`` item each: per-rank Kineto traces by label and rank
+    (the subfolder keeps several runs' traces apart), then multi-rank nsys exports, each a label of its own."""
+    per_rank: dict[str, dict[int, Path]] = {}
+    for p in sorted(folder.rglob("*_rank*.json*")):
+        m = RANK_FILE.match(p.name)
+        if m:
+            sub = p.parent.relative_to(folder).as_posix()
+            label = m["label"] if sub == "." else f"{sub}/{m['label']}"
+            per_rank.setdefault(label, {})[int(m["rank"])] = p
+    items = [("rank", label, r, files[r]) for label, files in sorted(per_rank.items()) for r in sorted(files)]
+    return items + [("export", p.stem, None, p) for p in sorted(folder.rglob("*.sqlite"))]
+
+
+def load_ddp_inputs(folder: Path, session=None, skip=None, on_each=None) -> DdpInputs:
+    """Read every result file under ``folder``; InputError when there is none (or none could be read).
+
+    The traces are read as one map (``parallel.Session``: here, or one Dask task per trace) into small
+    per-rank tables, joined here; ``skip(path, error)`` takes a trace that cannot be read (left out), and
+    ``on_each(item)`` follows each trace read. A rank keeps the number in its file name.
+    """
+    from profiler_kit.parallel import Session
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -67,26 +117,29 @@ def load_ddp_inputs(folder: Path) -> DdpInputs:
     ddp = sorted({*folder.rglob("ddp_*.jsonl"), *folder.rglob("ddp.jsonl")})
     if ddp:
         out.ddp = pd.concat([read_jsonl(p, DDP_STEP_FIELDS) for p in ddp], ignore_index=True)
-    per_rank: dict[str, dict[int, Path]] = {}
-    for p in sorted(folder.rglob("*_rank*.json*")):
-        m = RANK_FILE.match(p.name)
-        if m:
-            sub = p.parent.relative_to(folder).as_posix()
-            label = m["label"] if sub == "." else f"{sub}/{m['label']}"  # traces of several runs stay apart
-            per_rank.setdefault(label, {})[int(m["rank"])] = p
-    for label, files in sorted(per_rank.items()):
-        traces = [read_kineto(files[r]) for r in sorted(files)]
-        out.kernels[label] = concat_ranks([_classify(t) for t in traces])
-        nvtx = pd.concat([t.nvtx.assign(rank=r) for r, t in zip(sorted(files), traces, strict=True)])
-        out.steps[label] = step_ranges(nvtx)
-    for p in sorted(folder.rglob("*.sqlite")):
-        trace = read_nsys_sqlite(p)
-        k = with_ranks(_classify(trace))
-        out.kernels[p.stem] = k
-        out.steps[p.stem] = step_ranges(trace.nvtx, k)
-    if out.allreduce is None and out.ddp is None and not out.kernels:
+    items = ddp_trace_items(folder)
+    if out.allreduce is None and out.ddp is None and not items:
         raise InputError(f"{folder}: no allreduce_*.jsonl, ddp_*.jsonl, *_rank<r>.json.gz or .sqlite files")
+    parts = (session or Session()).map_reading(rank_tables, items, key=lambda item: item[3], skip=skip, on_done=on_each)
+    by_label: dict[str, list[RankTables]] = {}
+    for t in parts:
+        by_label.setdefault(t.label, []).append(t)
+    for label, tables in by_label.items():
+        out.kernels[label] = sum(t.kernels for t in tables)
+        out.ranks[label] = _joined([t.ranks for t in tables])
+        out.steps[label] = _joined([t.steps for t in tables])
+        out.per_step[label] = _joined([t.per_step for t in tables])
+    if out.allreduce is None and out.ddp is None and not out.kernels:
+        raise InputError(f"{folder}: no input could be read (each listed above)")
     return out
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The rows of every rank in rank order (ranks without rows left out)."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame()
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
 def _ms(ns: float) -> str:
@@ -113,6 +166,10 @@ def _with_ranks(df: pd.DataFrame, name: str, into: str) -> pd.DataFrame:
 def build_ddp_report(inputs: DdpInputs) -> Report:
     """The distributed report: one section per kind of input present."""
     rep = Report(title="Distributed training: collectives, DDP variants, cross-rank time")
+    if inputs.skipped:
+        from profiler_kit.build import skipped_section
+
+        rep.sections.append(skipped_section(inputs.skipped))
     if inputs.allreduce is not None:
         t = summarize_all_reduce(inputs.allreduce)
         sec = Section(
@@ -186,18 +243,16 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
                 "Traced runs are slower than the timed ones above (profiler overhead)."
             ],
         )
-        for label, k in inputs.kernels.items():
-            if k.empty:
+        for label, n in inputs.kernels.items():
+            if not n:
                 sec.sections.append(
                     Section(label, text=["No GPU kernels in these traces (a CPU run): nothing to split."])
                 )
                 continue
-            sub = Section(
-                label, tables=[Table(f"{label}: per rank", summarize_rank_time(k), key=slug(f"{label}_ranks"))]
-            )
+            sub = Section(label, tables=[Table(f"{label}: per rank", inputs.ranks[label], key=slug(f"{label}_ranks"))])
             steps = inputs.steps.get(label)
             if steps is not None and not steps.empty:
-                per_step[label] = summarize_steps(k, steps)
+                per_step[label] = inputs.per_step[label]
                 sub.tables.append(
                     Table(f"{label}: slowest rank per step", slowest_rank_per_step(steps), key=slug(f"{label}_slowest"))
                 )

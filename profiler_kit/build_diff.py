@@ -6,6 +6,8 @@ Reading and measuring each side is ``load_side``; every number comes from ``anal
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -29,56 +31,125 @@ DIFF_TABLES = ("summary", "kernels", "categories", "ops", "attributed", "range_g
 SUFFIX = {"ns": "_ns", "bytes": "_bytes", "frac": "_frac"}
 
 
-def load_side(
-    path: str, options: frozenset[str] = frozenset(), cache: bool = False, ops: bool = False, prefetched=None
-) -> tuple[Measures, list[str]]:
-    """Read every trace and memory snapshot at ``path`` (a file or a folder) and measure them as one side.
+@dataclass
+class Side:
+    """What one side names: its sweep cells (run.json) measured, and the traces and snapshots to measure."""
 
-    With ``ops``, Kineto traces are also measured per PyTorch op (``measure_ops``): the level at which
-    runs compare when their kernels do not match.
-    Several traces (repeats, ranks) are combined into their mean per file, the files its instances
-    (``analyze.diff.combine``); so are several snapshots. Returns the measures and the files read.
-    """
-    from profiler_kit.analyze.breakdown import analyze_trace
-    from profiler_kit.analyze.memory import analyze_snapshot
-    from profiler_kit.analyze.memory_snapshot import read_memory_snapshot
-    from profiler_kit.analyze.sources import TRACE_KINDS, discover, read_trace
+    path: str
+    sweep: Measures | None
+    sources: list  # analyze.sources.Source, traces then snapshots
+
+
+def find_side(path: str) -> Side:
+    """The inputs of one side (a file or a folder); a sweep or record folder's cells are measured here (small)."""
+    from profiler_kit.analyze.sources import TRACE_KINDS, discover
     from profiler_kit.build_sweep import find_run_dirs, load_runs, run_size
 
-    parts, files = [], []
+    sweep = None
     run_dirs = find_run_dirs([path]) if Path(path).is_dir() else []
     if run_dirs:  # a sweep or record folder: its cells' timed steps (run.json)
         sweep, status = measure_sweep(load_runs(run_dirs), run_size)
         sweep.extra["status"] = status
-        parts.append(sweep)
-        files.append(str(path))
     # one run's folder (record): its trace and snapshot too; a sweep's traces are other cells, not repeats
     sources = discover([path]) if len(run_dirs) <= 1 else []
     traces = [s for s in sources if s.kind in TRACE_KINDS]
     snapshots = [s for s in sources if s.kind == "memory-snapshot"]
-    if not traces and not snapshots and not parts:
+    if not traces and not snapshots and sweep is None:
         raise InputError(f"{path}: no traces, memory snapshots or run.json found")
+    return Side(str(path), sweep, traces + snapshots)
+
+
+def measure_source(
+    src, options: frozenset[str] = frozenset(), ops: bool = False, cache=None, prefetched=None
+) -> Measures:
+    """The measures of one trace or memory snapshot: the per-input task of ``diff`` (small: one row per value).
+
+    With ``ops``, Kineto traces are also measured per PyTorch op (``measure_ops``): the level at which
+    runs compare when their kernels do not match.
+    """
+    from profiler_kit.analyze.breakdown import analyze_trace
+    from profiler_kit.analyze.memory import analyze_snapshot
+    from profiler_kit.analyze.memory_snapshot import read_memory_snapshot
+    from profiler_kit.analyze.sources import read_trace
+
+    if src.kind == "memory-snapshot":
+        return measure_snapshot(analyze_snapshot(read_memory_snapshot(src.path)))
+    trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
+    tables = analyze_trace(trace, DIFF_TABLES)
+    m = measure_trace(trace.nvtx, tables, options)
+    if ops and src.kind == "kineto":
+        m.values = pd.concat([m.values, _op_rows(src.path, trace, tables["ops"])], ignore_index=True)
+    return m
+
+
+def _measure_item(options, ops, item, cache=None, prefetched=None) -> tuple:
+    """The task of ``measure_sides``: (side, source) -> (side, source, its measures)."""
+    side, src = item
+    return side, src, measure_source(src, options, ops, cache=cache, prefetched=prefetched)
+
+
+def measure_sides(
+    sides: list[Side],
+    options: frozenset[str] = frozenset(),
+    ops: bool = False,
+    session=None,
+    skip=None,
+    cache=None,
+    prefetched=None,
+    on_each=None,
+) -> list[list[tuple]]:
+    """Every input of every side measured (``measure_source``) as one map (``parallel.Session``: here, or one
+    Dask task per input): per side, its (source, measures) pairs in order; ``on_each(source)`` after each.
+
+    ``skip(path, error)`` takes an input that cannot be read, left out; without it the error is raised.
+    """
+    from profiler_kit.parallel import Session
+
+    items = [(i, src) for i, side in enumerate(sides) for src in side.sources]
+    done = (lambda item: on_each(item[1])) if on_each else None
+    results = (session or Session()).map_reading(
+        functools.partial(_measure_item, options, ops),
+        items,
+        cache=cache,
+        prefetched=prefetched,
+        key=lambda item: item[1].path,
+        on_done=done,
+        skip=skip,
+    )
+    return [[(src, m) for j, src, m in results if j == i] for i in range(len(sides))]
+
+
+def side_measures(side: Side, measured: list) -> tuple[Measures, list[str]]:
+    """One side from its sweep and its inputs' measures: several traces (repeats, ranks) combined into their
+    mean per file, the files its instances (``analyze.diff.combine``), and so several snapshots; and the files."""
+    from profiler_kit.analyze.sources import TRACE_KINDS
+
+    traces = [(src, m) for src, m in measured if src.kind in TRACE_KINDS]
+    snapshots = [(src, m) for src, m in measured if src.kind not in TRACE_KINDS]
+    parts = [side.sweep] if side.sweep is not None else []
     if traces:
-        measured = []
-        for src in traces:
-            trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
-            tables = analyze_trace(trace, DIFF_TABLES)
-            m = measure_trace(trace.nvtx, tables, options)
-            if ops and src.kind == "kineto":
-                m.values = pd.concat([m.values, _op_rows(src.path, trace, tables["ops"])], ignore_index=True)
-            measured.append(m)
-        parts.append(combine(measured, "files"))
+        parts.append(combine([m for _, m in traces], "files"))
     if snapshots:
-        parts.append(combine([measure_snapshot(analyze_snapshot(read_memory_snapshot(s.path))) for s in snapshots]))
-    side = parts[0]
+        parts.append(combine([m for _, m in snapshots]))
+    if not parts:
+        raise InputError(f"{side.path}: no input could be read (each listed above)")
+    result = parts[0]
     for other in parts[1:]:
-        side = Measures(
-            pd.concat([side.values, other.values], ignore_index=True),
-            side.instances | other.instances,
-            side.instance_kind | other.instance_kind,
-            side.extra | other.extra,
+        result = Measures(
+            pd.concat([result.values, other.values], ignore_index=True),
+            result.instances | other.instances,
+            result.instance_kind | other.instance_kind,
+            result.extra | other.extra,
         )
-    return side, files + [str(s.path) for s in traces + snapshots]
+    files = [side.path] if side.sweep is not None else []
+    return result, files + [str(src.path) for src, _ in traces + snapshots]
+
+
+def load_side(path: str, options: frozenset[str] = frozenset(), cache=None, ops: bool = False, prefetched=None):
+    """Read every trace and memory snapshot at ``path`` (a file or a folder) and measure them as one side, here:
+    the measures and the files read."""
+    side = find_side(path)
+    return side_measures(side, measure_sides([side], options, ops, cache=cache, prefetched=prefetched)[0])
 
 
 def _op_rows(path: Path, trace, ops: pd.DataFrame) -> pd.DataFrame:
@@ -175,12 +246,16 @@ def build_diff_report(
     threshold: float = 0.02,
     everything: bool = False,
     statuses: pd.DataFrame | None = None,
+    skipped=(),
 ) -> Report:
     """The diff report: summary, categories, kernels, phases, ranges, memory and the gate's verdicts.
 
     ``everything`` adds the whole compared table (every scope and key, every column): for CSV/JSON.
-    ``statuses``: sweep cells whose status changed (``analyze.diff.status_changes``).
+    ``statuses``: sweep cells whose status changed (``analyze.diff.status_changes``). ``skipped``: the inputs
+    left out (``analyze.sources.Skipped`` rows), listed first.
     """
+    from profiler_kit.build import skipped_section
+
     rep = Report(
         "profiler-kit diff",
         text=[
@@ -192,6 +267,8 @@ def build_diff_report(
             *findings(compared, threshold),
         ],
     )
+    if skipped:
+        rep.sections.append(skipped_section(skipped))
     cells = _scope(compared, "cell")
     if len(cells) or statuses is not None:
         sec = Section("Sweep cells")
@@ -327,38 +404,57 @@ def _kernel_section(kernels: pd.DataFrame, top: int) -> Section:
 
 
 def run_diff(
-    base: str,
-    new: str,
+    base: str | Side,
+    new: str | Side,
     rules: list | None = None,
     options: frozenset[str] = frozenset(),
     ops: bool | None = None,
     threshold: float = 0.02,
     top: int = 15,
     everything: bool = False,
-    cache: bool = False,
+    cache=None,
     prefetched=None,
+    session=None,
+    skip=None,
+    on_each=None,
 ) -> tuple[Report, pd.DataFrame | None]:
-    """Measure, compare and gate two sides: the report and the rules' verdicts (None without rules).
+    """Measure, compare and gate two sides (paths, or ``find_side``'s): the report and the rules' verdicts
+    (None without rules).
 
-    ``ops`` None: the op level only when kernels matched by name hold under half of a side's kernel time.
+    ``ops`` None: the op level only when kernels matched by name hold under half of a side's kernel time (then
+    the Kineto traces are measured again, per op). ``session`` (``parallel.Session``), ``skip`` and ``on_each``
+    as ``measure_sides``; the inputs skipped are listed in the report (``skip.skipped``, when it has them).
     """
     from profiler_kit.analyze.diff import compare, evaluate_rules, matched_share, status_changes
 
-    base_side, base_files = load_side(base, options, cache=cache, ops=bool(ops), prefetched=prefetched)
-    new_side, new_files = load_side(new, options, cache=cache, ops=bool(ops), prefetched=prefetched)
+    sides = [s if isinstance(s, Side) else find_side(s) for s in (base, new)]
+    base, new = (s.path for s in sides)
+    measured = measure_sides(
+        sides, options, bool(ops), session, skip, cache=cache, prefetched=prefetched, on_each=on_each
+    )
+    (base_side, base_files), (new_side, new_files) = (side_measures(s, m) for s, m in zip(sides, measured, strict=True))
     scopes = set(base_side.values["scope"]) & set(new_side.values["scope"])
     if not scopes:
         raise InputError(f"{base} and {new} have nothing in common to compare (a trace against a memory snapshot?)")
     compared = compare(base_side, new_side, threshold)
     if ops is None and matched_share(compared) < 0.5:  # kernels do not match: compare the ops that launched them
-        base_side, _ = load_side(base, options, cache=cache, ops=True)
-        new_side, _ = load_side(new, options, cache=cache, ops=True)
+        kineto = [
+            Side(s.path, None, [src for src, _ in m if src.kind == "kineto"])
+            for s, m in zip(sides, measured, strict=True)
+        ]
+        again = measure_sides(kineto, options, True, session, skip, cache=cache)
+        per_op = [dict(pairs) for pairs in again]  # a Source is its path and kind: equal after a trip to a worker
+        measured = [[(src, per.get(src, m)) for src, m in pairs] for pairs, per in zip(measured, per_op, strict=True)]
+        base_side, new_side = (side_measures(s, m)[0] for s, m in zip(sides, measured, strict=True))
         compared = compare(base_side, new_side, threshold)
     statuses = None
     if "status" in base_side.extra and "status" in new_side.extra:
         statuses = status_changes(base_side.extra["status"], new_side.extra["status"])
     verdicts = evaluate_rules(rules, base_side, new_side, compared) if rules else None
-    rep = build_diff_report(base_files, new_files, compared, verdicts, top, threshold, everything, statuses)
+    rep = build_diff_report(
+        base_files, new_files, compared, verdicts, top, threshold, everything, statuses,
+        skipped=getattr(skip, "skipped", ()),
+    )  # fmt: skip
     return rep, verdicts
 
 

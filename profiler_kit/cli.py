@@ -179,9 +179,10 @@ class _NoBar:
         pass
 
 
-def progress_bar(length: int, label: str):
-    """A progress bar of ``length`` steps (``.update(n)``) on stderr; silent when stderr is not a terminal."""
-    if not sys.stderr.isatty():
+def progress_bar(length: int, label: str, shown: bool = True):
+    """A progress bar of ``length`` steps (``.update(n)``) on stderr; silent when stderr is not a terminal, or
+    not ``shown`` (--no-progress)."""
+    if not shown or not sys.stderr.isatty():
         return contextlib.nullcontext(_NoBar())
     return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
 
@@ -331,7 +332,16 @@ def strict_option(fn):
 
 
 def parallel_options(fn):
-    """--workers and --scheduler: where the per-input work runs (``profiler_kit.parallel``)."""
+    """--workers, --scheduler and --progress: where the per-input work runs (``profiler_kit.parallel``), and a
+    bar of the inputs done."""
+    fn = click.option(
+        "--no-progress",
+        "progress",
+        flag_value=False,
+        default=True,
+        help="No progress bar. Without it, a terminal's stderr shows one of the inputs done, moved as each input's "
+        "task finishes (none when stderr is not a terminal).",
+    )(fn)
     fn = click.option(
         "--scheduler",
         metavar="ADDRESS",
@@ -343,9 +353,18 @@ def parallel_options(fn):
         "--workers",
         type=click.IntRange(min=1),
         default=None,
-        help="Processes that read and analyse the inputs at once, on a local Dask cluster; 1 reads them here, one "
-        "after another [default: one per core for several inputs of 256 MiB or more in all, else 1].",
+        help="Processes that read and analyse the inputs at once: this one and N-1 more on a local Dask cluster; 1 "
+        "reads them here, one after another [default: one per core for several inputs of 256 MiB or more in all, "
+        "else 1].",
     )(fn)
+
+
+def session(paths: list, workers: int | None, scheduler: str | None):
+    """Where the per-input work runs (``parallel.Session``): --scheduler, else --workers, else the default for
+    ``paths`` (``parallel.default_workers``)."""
+    from profiler_kit.parallel import Session, default_workers
+
+    return Session(default_workers(paths) if workers is None and scheduler is None else workers or 1, scheduler)
 
 
 def single_file(paths) -> bool:
@@ -437,7 +456,9 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
 @strict_option
 @parallel_options
 @with_exit_codes
-def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, window, window_rows, workers, scheduler):
+def report(
+    paths, out_dir, fmt, no_html, top, stem, no_cache, strict, window, window_rows, workers, scheduler, progress
+):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
     PATHS are files (.sqlite, .nsys-rep, .qdrep, .json, .json.gz, and memory
@@ -487,22 +508,22 @@ def report(paths, out_dir, fmt, no_html, top, stem, no_cache, strict, window, wi
     snapshots = [s.path for s in sources if s.kind == "memory-snapshot"]
     if not traces and not snapshots and not skips.skipped:
         raise InputError(f"no traces or memory snapshots found in {', '.join(paths)}")
-    if workers is None:
-        from profiler_kit.parallel import default_workers
-
-        workers = default_workers([s.path for s in traces])
     writer = None if no_cache else CacheWriter()
-    with progress_bar(len(traces), "Analysing") as bar:
+    with (
+        progress_bar(len(traces), "Analysing", progress) as bar,
+        session([s.path for s in traces], workers, scheduler) as run,
+    ):
         results = analyze_sources(
             traces,
             paths,
             on_each=lambda _: bar.update(1),
             cache=writer,
             skip=skips,
-            workers=workers,
-            scheduler=scheduler,
+            session=run,
             prefetched=prefetched,
             window=windowing,
+            top=top,
+            markdown=fmt == "md",
         )
     for path, reason in windowing.refused.items():
         click.echo(f"{path}: read whole, not in time windows ({reason})", err=True)
@@ -951,7 +972,10 @@ def sweep(
 @cli.command("ddp-report")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @output_options("report", "FOLDER itself")
-def ddp_report(folder, out_dir, fmt, no_html, top, stem):
+@strict_option
+@parallel_options
+@with_exit_codes
+def ddp_report(folder, out_dir, fmt, no_html, top, stem, strict, workers, scheduler, progress):
     """Distributed results: all-reduce bandwidth, DDP step time per variant, cross-rank GPU time.
 
     FOLDER holds allreduce_*.jsonl (python -m profiler_kit.workloads.distributed), ddp_*.jsonl
@@ -959,17 +983,30 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem):
     (profiler-kit record ddp, in any subfolder); multi-rank nsys exports (.sqlite)
     are read too. Per rank: communication (NCCL) vs compute vs idle GPU time and
     the share of communication hidden under compute; slowest rank per step; one
-    comparison row per traced variant. --top is unused here.
+    comparison row per traced variant. --top is unused here. Each trace is read
+    into small per-rank tables as its own task (--workers/--scheduler: in
+    parallel); one that cannot be read is said on stderr and listed in the
+    report, the others reported.
 
     Example: profiler-kit ddp-report reports/ddp -o reports/ddp
     """
+    process.tune_report()  # before numpy is imported: profiler_kit/process.py
     with importing():
-        from profiler_kit.build_ddp import build_ddp_report, load_ddp_inputs
+        from profiler_kit.build_ddp import build_ddp_report, ddp_trace_items, load_ddp_inputs
         from profiler_kit.output import render_report_files
 
-    rep = build_ddp_report(load_ddp_inputs(folder))
-    files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
-    write_report(out_dir or folder, files)
+    out_dir = writable(out_dir or folder)
+    skips = Skips(strict)
+    traces = ddp_trace_items(folder) if folder.is_dir() else []
+    with (
+        progress_bar(len(traces), "Analysing", progress) as bar,
+        session([item[3] for item in traces], workers, scheduler) as run,
+    ):
+        inputs = load_ddp_inputs(folder, session=run, skip=skips, on_each=lambda _: bar.update(1))
+    inputs.skipped = skips.skipped
+    files = render_report_files(build_ddp_report(inputs), stem, fmt, html=charts_wanted(no_html))
+    write_report(out_dir, files)
+    skips.finish()
 
 
 class DiffCommand(Command):
@@ -1009,7 +1046,26 @@ class DiffCommand(Command):
     "either side's kernel time.",
 )
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Arrow copy of big exports.")
-def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_gemm_tiles, ops, no_cache):
+@strict_option
+@parallel_options
+def diff(
+    base,
+    new,
+    out_dir,
+    fmt,
+    no_html,
+    top,
+    stem,
+    fail_on,
+    threshold,
+    fold_gemm_tiles,
+    ops,
+    no_cache,
+    strict,
+    workers,
+    scheduler,
+    progress,
+):
     """What changed from BASE to NEW, with noise bands, and a gate for CI.
 
     BASE and NEW are each a trace (.sqlite, .nsys-rep, .json[.gz]), a memory
@@ -1022,7 +1078,10 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
     instances (steps, phase instances or files): a percentile bootstrap (fixed
     seed) with 8 or more a side, else Welch's t. A change is significant when its
     interval excludes zero and it exceeds --threshold; with one instance a side
-    the report says that no noise estimate is possible.
+    the report says that no noise estimate is possible. A file of a folder side
+    that cannot be read is said on stderr and listed in the report, and the
+    others compared (--strict, or one file a side: an error instead).
+    --workers/--scheduler measure the files in parallel, as report does.
 
     Exit status: 0 no rule broken; 1 a --fail-on rule broken (one line each on
     stdout); 2 bad input or a malformed rule; 3 output not written; 130 Ctrl-C.
@@ -1039,24 +1098,31 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
             prefetch_uncached(Path(path), prefetched, cache=not no_cache)
     with importing():
         from profiler_kit.analyze.diff import parse_rule
-        from profiler_kit.build_diff import gate_lines, run_diff
+        from profiler_kit.build_diff import find_side, gate_lines, run_diff
         from profiler_kit.output import render_report_files
 
     rules = [parse_rule(r) for r in fail_on]  # a malformed rule fails before anything is read
     out_dir = writable(out_dir or DIFF_DIR)
     writer = None if no_cache else CacheWriter()
-    rep, verdicts = run_diff(
-        base,
-        new,
-        rules,
-        frozenset({"gemm_tiles"} if fold_gemm_tiles else ()),
-        ops={"auto": None, "on": True, "off": False}[ops],
-        threshold=threshold / 100,
-        top=top,
-        everything=fmt != "md",
-        cache=writer,
-        prefetched=prefetched,
-    )
+    sides = [find_side(base), find_side(new)]
+    skips = Skips(strict or (single_file([base]) and single_file([new])))
+    inputs = [src.path for side in sides for src in side.sources]
+    with progress_bar(len(inputs), "Measuring", progress) as bar, session(inputs, workers, scheduler) as run:
+        rep, verdicts = run_diff(
+            sides[0],
+            sides[1],
+            rules,
+            frozenset({"gemm_tiles"} if fold_gemm_tiles else ()),
+            ops={"auto": None, "on": True, "off": False}[ops],
+            threshold=threshold / 100,
+            top=top,
+            everything=fmt != "md",
+            cache=writer,
+            prefetched=prefetched,
+            session=run,
+            skip=skips,
+            on_each=lambda _: bar.update(1),
+        )
     files = render_report_files(rep, stem, fmt, html=charts_wanted(no_html))
     write_report(out_dir, files)
     say_cached(writer)
@@ -1068,5 +1134,7 @@ def diff(base, new, out_dir, fmt, no_html, top, stem, fail_on, threshold, fold_g
             click.echo(line)
     if rules:
         click.echo(f"gate: {len(broken)} of {len(rules)} rule(s) broken", err=True)
+    if skips.skipped:
+        click.echo(f"{len(skips.skipped)} input(s) skipped (listed above and in the report)", err=True)
     if broken:
         sys.exit(1)

@@ -1,10 +1,11 @@
 """Map inputs to results: in this process, or as tasks on Dask's distributed scheduler.
 
-One function, ``map_inputs``, runs ``fn(item)`` for every item and returns the results in item order. With one
-worker it is a plain loop in this process (no Dask import); with several it starts a local cluster of that many
-processes, and with a scheduler address it uses a running cluster (``dask scheduler`` / ``dask worker``,
-dask-jobqueue, Kubernetes). Workers read the inputs from the paths they are given: on a cluster they need the
-same files at the same paths (a shared filesystem).
+``Session(workers, scheduler).map(fn, items)`` runs ``fn(item)`` for every item and returns the results in item
+order (``map_inputs``: one map, one session). With one worker it is a plain loop in this process (no Dask
+import); with N it reads here too, beside a local cluster of N-1 processes started meanwhile; with a scheduler
+address it uses a running cluster (``dask scheduler`` / ``dask worker``, dask-jobqueue, Kubernetes). Workers
+read the inputs from the paths they are given: on a cluster they need the same files at the same paths (a
+shared filesystem).
 
 Faults, the same on every path: an item whose ``fn`` raises one of ``errors`` (an input it cannot read) goes to
 ``skip(key, error)`` in item order and is left out. On Dask, a task that raises anything else is retried
@@ -17,20 +18,44 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import queue
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from profiler_kit.analyze.errors import InputError
 from profiler_kit.analyze.sources import READ_ERRORS
 
-# Below this many bytes of input the default stays in this process. A local cluster's fixed cost, measured on a
-# 2-core machine under load ~9: 4.2 s to start, 2.2 s to close, ~3 CPU-s per spawned worker to import pandas and
-# the readers again. benchmarks/bench_workers.py there: 32 inputs of 240 MiB in all ran 0.73x as fast on two
-# workers, 880 MiB 1.24x; the threshold lies between (not measured on an idle machine).
+# Below this many bytes of input the default stays in this process. Measured with spawned workers and no reading
+# here meanwhile, on a 2-core machine under load ~9: a cluster took 4.2 s to start, 2.2 s to close, ~3 CPU-s per
+# worker to import pandas and the readers; 32 inputs of 240 MiB ran 0.73x as fast on two workers, 880 MiB 1.24x.
+# (Since then this process reads while the cluster starts, and workers fork preloaded: not measured quiet.)
 CLUSTER_MIN_BYTES = 256 * 2**20
-# Dask's sampling profiler walks the task's stack every 10 ms: CPU taken from a task that holds the GIL, for a
-# dashboard nobody opens on a local cluster.
-LOCAL_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+LOCAL_WORKER_CONFIG = {
+    # Dask's sampling profiler walks the task's stack every 10 ms: CPU taken from a task that holds the GIL, for
+    # a dashboard nobody opens on a local cluster.
+    "distributed.worker.profile.enabled": False,
+    # Each server (the scheduler and nannies here, each worker) measured its event loop's lag every 20 ms and
+    # the machine's load every 0.5 s: an idle cluster of one worker took 0.95 CPU-s here and 0.65 there per
+    # 20 s, 0.34 and 0.23 with these (measured under load ~11).
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+    # Workers fork from a server process that imported WORKER_PRELOAD once (a spawned worker imported pandas,
+    # pyarrow and the readers itself: ~3 CPU-s each); its environment is this process's, tuned before pandas.
+    "distributed.worker.multiprocessing-method": "forkserver",
+}
+WORKER_PRELOAD = (
+    "distributed",
+    "pandas",
+    "pyarrow",
+    "profiler_kit.build",
+    "profiler_kit.build_diff",
+    "profiler_kit.build_ddp",
+    "profiler_kit.analyze.nsys_sqlite",
+    "profiler_kit.analyze.kineto",
+    "profiler_kit.analyze.breakdown",
+)
 SCHEDULER_TIMEOUT_S = 10  # connecting to --scheduler; an address nothing listens on fails after this
 
 
@@ -56,27 +81,145 @@ def default_workers(paths: list, cores: int | None = None) -> int:
     return min(cores, len(paths)) if total >= CLUSTER_MIN_BYTES else 1
 
 
-def map_inputs(
-    fn: Callable,
-    items: Iterable,
-    *,
-    key: Callable = str,
-    workers: int = 1,
-    scheduler: str | None = None,
-    on_done: Callable | None = None,
-    skip: Callable | None = None,
-    errors: tuple = READ_ERRORS,
-    retries: int = 1,
-) -> list:
-    """``[fn(item) for item in items]`` less the skipped, in item order; ``on_done(item)`` after each (progress).
+def map_inputs(fn: Callable, items: Iterable, *, workers: int = 1, scheduler: str | None = None, **kw) -> list:
+    """``Session(workers, scheduler).map(fn, items, **kw)``, the session closed after: one map, one cluster."""
+    with Session(workers, scheduler) as session:
+        return session.map(fn, items, **kw)
 
-    ``fn`` must be picklable (a module-level function or a functools.partial of one) when it runs on Dask.
-    ``skip(key(item), error)`` takes each item that fails; without it the first failure is raised.
+
+class Session:
+    """Where maps run: this process (one worker, no scheduler), else Dask, kept for the session's next maps
+    (``diff`` maps both sides, then maybe again per op) and closed on exit.
+
+    With ``workers`` > 1 and no scheduler, this process is one of the workers: it starts a local cluster of
+    ``workers - 1`` processes on a thread and reads inputs itself meanwhile, then shares the rest with them
+    (``_shared``). The cluster's workers fork from a server that has imported pandas, pyarrow and the readers
+    once (``WORKER_PRELOAD``). On exit the cluster closes on a thread the process waits for at its end, so the
+    report is built meanwhile.
     """
-    items = list(items)
-    if scheduler is None and (workers <= 1 or len(items) == 0):
-        return _in_process(fn, items, key, on_done, skip, errors)
-    return _on_dask(fn, items, key, workers, scheduler, on_done, skip, errors, retries)
+
+    def __init__(self, workers: int = 1, scheduler: str | None = None):
+        self.workers, self.scheduler = workers, scheduler
+        self._client: _client | None = None
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
+
+    @property
+    def on_dask(self) -> bool:
+        return self.scheduler is not None or self.workers > 1
+
+    def map(
+        self,
+        fn: Callable,
+        items: Iterable,
+        *,
+        local: Callable | None = None,
+        key: Callable = str,
+        on_done: Callable | None = None,
+        skip: Callable | None = None,
+        errors: tuple = READ_ERRORS,
+        retries: int = 1,
+    ) -> list:
+        """``[fn(item) for item in items]`` less the skipped, in item order; ``on_done(item)`` after each (progress).
+
+        ``fn`` must be picklable (a module-level function or a functools.partial of one) when it runs on Dask.
+        ``local``: what this process runs for an item instead of ``fn`` (default ``fn``).
+        ``skip(key(item), error)`` takes each item that fails; without it the first failure is raised.
+        """
+        items = list(items)
+        local = local or fn
+        if not self.on_dask or not items:
+            return _in_process(local, items, key, on_done, skip, errors)
+        if self.scheduler is None:
+            self._start_local()
+            return _shared(self, fn, local, items, key, on_done, skip, errors, retries)
+        if self._client is None:
+            self._client = _client(self.workers, self.scheduler)
+            self._client.__enter__()
+        return _on_dask(self._client.client, fn, items, key, on_done, skip, errors, retries)
+
+    def map_reading(self, fn: Callable, items: Iterable, *, cache=None, prefetched=None, **kw) -> list:
+        """``map`` of ``fn(item, cache=, prefetched=)``, a reader of inputs: in this process with the command's
+        ``cache`` (an ``analyze.trace_cache.CacheWriter``) and ``prefetched`` reads; on Dask each task writes
+        its own cache, finished there, and the folders it wrote are added to ``cache``'s."""
+        here = functools.partial(_with, fn, cache, prefetched)
+        if not self.on_dask:
+            return self.map(here, items, **kw)
+        pairs = self.map(
+            functools.partial(reading_task, fn, cache is not None),
+            items,
+            local=functools.partial(_no_folders, here),
+            **kw,
+        )
+        if cache is not None:
+            for _, folders in pairs:
+                cache.add(folders)
+        return [res for res, _ in pairs]
+
+    def _start_local(self) -> None:
+        """Start the local cluster on a thread (once), so this process reads inputs while it starts."""
+        if self._starting is not None:
+            return
+        self._client = _client(self.workers - 1, None)
+
+        def start():
+            try:
+                self._client.__enter__()
+            except BaseException as err:  # said once the inputs are read here instead
+                self._start_error = err
+
+        self._starting = threading.Thread(target=start, name="profiler-kit-cluster-start", daemon=True)
+        self._starting.start()
+
+    def ready_client(self):
+        """The local cluster's client once it has started (None while it starts, or if it failed)."""
+        if self._starting is None or self._starting.is_alive() or self._start_error is not None:
+            return None
+        return self._client.client
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        client, starting = self._client, self._starting
+        self._client = self._starting = None
+        if client is None:
+            return False
+        if starting is None:
+            client.__exit__(*exc)
+            return False
+
+        def close():
+            starting.join()
+            client.__exit__(None, None, None)
+
+        # not a daemon: the process waits for it at its end (process.run_and_exit), the report built meanwhile
+        threading.Thread(target=close, name="profiler-kit-cluster-close").start()
+        return False
+
+
+def _with(fn, cache, prefetched, item):
+    return fn(item, cache=cache, prefetched=prefetched)
+
+
+def _no_folders(fn, item) -> tuple:
+    """``reading_task``'s pair for an item read here: the command's own cache writer holds its folders."""
+    return fn(item), []
+
+
+def reading_task(fn: Callable, cache: bool, item) -> tuple:
+    """``fn(item)`` as a Dask task, and the cache folders it wrote (``cache``: whether to write them), its
+    writes finished there. A worker's first task prepares it (``process.prepare_worker``)."""
+    from profiler_kit import process
+
+    process.prepare_worker()
+    if not cache:
+        return fn(item), []
+    from profiler_kit.analyze.trace_cache import CacheWriter
+
+    writer = CacheWriter()
+    result = fn(item, cache=writer)
+    return result, writer.finish()
 
 
 def _in_process(fn, items, key, on_done, skip, errors) -> list:
@@ -110,35 +253,130 @@ def key_of(item) -> str:
     return str(getattr(item, "path", item))
 
 
-def _on_dask(fn, items, key, workers, scheduler, on_done, skip, errors, retries) -> list:
+def _on_dask(client, fn, items, key, on_done, skip, errors, retries) -> list:
     from distributed import as_completed
 
     results: list = [None] * len(items)
     done = [False] * len(items)
-    with _client(workers, scheduler) as client:
-        futures = client.map(functools.partial(_guarded, fn, errors), items, pure=False, retries=retries)
-        index = {f.key: i for i, f in enumerate(futures)}
-        out, next_i = [], 0
-        try:
-            for fut in as_completed(futures, loop=client.loop):
-                i = index[fut.key]
-                results[i] = _outcome(fut, key(items[i]))
-                done[i] = True
-                if on_done and not isinstance(results[i], _Failed):
-                    on_done(items[i])
-                while next_i < len(items) and done[next_i]:  # hand on in item order, as the loop does
-                    res = results[next_i]
-                    results[next_i] = None
-                    if isinstance(res, _Failed):
-                        if skip is None:
-                            raise res.error
-                        skip(key(items[next_i]), res.error)
-                    else:
-                        out.append(res)
-                    next_i += 1
-        finally:
-            client.cancel(futures)
+    futures = client.map(functools.partial(_guarded, fn, errors), items, pure=False, retries=retries)
+    index = {f.key: i for i, f in enumerate(futures)}
+    out, next_i = [], 0
+    try:
+        for fut in as_completed(futures, loop=client.loop):
+            i = index[fut.key]
+            results[i] = _outcome(fut, key(items[i]))
+            done[i] = True
+            if on_done and not isinstance(results[i], _Failed):
+                on_done(items[i])
+            while next_i < len(items) and done[next_i]:  # hand on in item order, as the loop does
+                res = results[next_i]
+                results[next_i] = None
+                if isinstance(res, _Failed):
+                    if skip is None:
+                        raise res.error
+                    skip(key(items[next_i]), res.error)
+                else:
+                    out.append(res)
+                next_i += 1
+    finally:
+        client.cancel(futures)
     return out
+
+
+def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retries) -> list:
+    """Items shared between this process and the local cluster: each side takes the next item when it is free
+    (the cluster's workers one at a time each, fed from Dask's callback thread as their tasks finish), so
+    neither waits while the other has work left. This process reads from the start, while the cluster starts.
+    """
+    n = len(items)
+    results: list = [None] * n
+    done = [False] * n
+    lock = threading.Lock()
+    state = {"next": 0, "stop": False}
+    finished: queue.SimpleQueue = queue.SimpleQueue()  # (index, future) of the cluster's tasks, as they end
+    futures: dict = {}
+    task = functools.partial(_guarded, fn, errors)
+
+    def take() -> int | None:
+        with lock:
+            if state["stop"] or state["next"] >= n:
+                return None
+            state["next"] += 1
+            return state["next"] - 1
+
+    def feed(client) -> None:
+        i = take()
+        if i is None:
+            return
+        fut = client.submit(task, items[i], pure=False, retries=retries)
+        futures[i] = fut
+        fut.add_done_callback(lambda f, i=i: (finished.put((i, f)), feed(client)))  # on Dask's callback thread
+
+    out: list = []
+    handed = 0  # items handed on in order
+
+    def settle(i: int, res) -> None:
+        nonlocal handed
+        results[i], done[i] = res, True
+        if on_done and not isinstance(res, _Failed):
+            on_done(items[i])
+        while handed < n and done[handed]:  # hand on in item order, as the loop does
+            res, results[handed] = results[handed], None
+            if isinstance(res, _Failed):
+                if skip is None:
+                    raise res.error
+                skip(key(items[handed]), res.error)
+            else:
+                out.append(res)
+            handed += 1
+
+    def drain(block: bool) -> None:
+        while handed < n:
+            try:
+                i, fut = finished.get(block=block)
+            except queue.Empty:
+                return
+            settle(i, _outcome(fut, key(items[i])))
+            block = False
+
+    fed = False
+    try:
+        while True:
+            client = None if fed else session.ready_client()
+            if client is not None:
+                fed = True
+                for _ in range(session.workers - 1):
+                    feed(client)
+            i = take()
+            if i is None:
+                break
+            try:
+                res = local(items[i])
+            except errors as err:
+                res = _Failed(err)
+            settle(i, res)
+            drain(block=False)
+        while handed < n:  # what the cluster still runs
+            drain(block=True)
+    finally:
+        with lock:
+            state["stop"] = True
+        pending = [f for f in futures.values() if not f.done()]
+        if pending:
+            session._client.client.cancel(pending)
+    if not fed and session._start_error is not None:
+        sys.stderr.write(f"Warning: the local Dask cluster did not start ({session._start_error}); all read here\n")
+    return out
+
+
+def _preload_forkserver() -> None:
+    """The modules the forkserver imports before it forks workers: ``WORKER_PRELOAD`` in place of Dask's list
+    (set by its first ``get_mp_context``, which would otherwise replace ours)."""
+    from distributed.utils import get_mp_context
+
+    ctx = get_mp_context()
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload(list(WORKER_PRELOAD))
 
 
 def _outcome(fut, name: str):
@@ -179,6 +417,7 @@ class _client:
         import dask
 
         with dask.config.set(LOCAL_WORKER_CONFIG):  # the nannies hand it to the workers they start
+            _preload_forkserver()
             self.cluster = LocalCluster(
                 n_workers=self.workers,
                 threads_per_worker=1,  # the readers hold the GIL: one task per process

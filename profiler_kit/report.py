@@ -41,6 +41,8 @@ class Table:
     note: str = ""
     key: str = ""
     collapsed: bool = False
+    # its markdown, when rendered beside the analysis (render.markdown.prerender: on a Dask worker, in parallel)
+    markdown: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.key = file_key(self.key, self.title)

@@ -1,5 +1,6 @@
-"""report --workers/--scheduler (profiler_kit/parallel.py): the same bytes in this process, on a local cluster and
-on a real `dask scheduler` with two `dask worker` processes; a corrupt input skipped; a worker killed mid-run."""
+"""report, diff and ddp-report --workers/--scheduler (profiler_kit/parallel.py): the same bytes in this process, on a
+local cluster and on a real `dask scheduler` with two `dask worker` processes; a corrupt input skipped; a worker
+killed mid-run."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ WAIT_S = 60  # bound on every wait for the cluster the tests start
 def batch(root: Path, copies: int = 1, corrupt: bool = True) -> Path:
     """``copies`` of each input under distinct names, plus (``corrupt``) an export that is not SQLite."""
     folder = root / "in"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for k in range(copies):
         for i, src in enumerate(INPUTS):
             name = src.name.split(".")[0][:24]
@@ -40,10 +41,42 @@ def batch(root: Path, copies: int = 1, corrupt: bool = True) -> Path:
     return folder
 
 
-def report(folder: Path, out: Path, *args) -> tuple[int, str, dict[str, bytes]]:
-    res = CliRunner().invoke(cli, ["report", str(folder), "-o", str(out), "--no-html", *map(str, args)])
+DDP_RANKS = sorted((ROOT / "reports" / "ddp" / "trace_xl").glob("bucketed25mb_rank*.json.gz"))
+DDP_EXPORT = shared_files("nsys_sqlite", "lizhieffe__*ddp53_profile.sqlite")[:1]  # one export of 2 ranks
+
+
+def ddp_folder(root: Path, labels: int = 2, corrupt: bool = True) -> Path:
+    """Per-rank Kineto traces of ``labels`` variants (a copy of the 2-rank DDP run each; the second in a
+    subfolder), a multi-rank nsys export, the DDP timings, and (``corrupt``) a rank trace that is not gzip."""
+    folder = root / "ddp"
+    for k in range(labels):
+        sub = folder / ("" if k == 0 else f"run{k}")
+        sub.mkdir(parents=True, exist_ok=True)
+        for src in DDP_RANKS:
+            (sub / src.name.replace("bucketed25mb", f"v{k}")).write_bytes(src.read_bytes())
+    for src in DDP_EXPORT:
+        (folder / src.name).write_bytes(src.read_bytes())
+    (folder / "ddp_xl.jsonl").write_bytes((ROOT / "reports" / "ddp" / "ddp_xl.jsonl").read_bytes())
+    if corrupt:
+        (folder / "broken_rank0.json.gz").write_bytes(b"not gzip " * 100)
+    return folder
+
+
+def diff_sides(root: Path, corrupt: bool = True) -> tuple[Path, Path]:
+    """BASE: the batch's inputs (and a corrupt export); NEW: two copies of each, Kineto traces compared per op."""
+    base = batch(root / "base", corrupt=corrupt)
+    new = batch(root / "new", copies=2, corrupt=False)
+    return base, new
+
+
+def invoke(command: str, args: list, out: Path, *options) -> tuple[int, str, dict[str, bytes]]:
+    res = CliRunner().invoke(cli, [command, *map(str, args), "-o", str(out), "--no-html", *map(str, options)])
     files = {p.name: p.read_bytes() for p in sorted(out.iterdir())} if out.is_dir() else {}
     return res.exit_code, res.stderr, files
+
+
+def report(folder: Path, out: Path, *args) -> tuple[int, str, dict[str, bytes]]:
+    return invoke("report", [folder], out, *args)
 
 
 class Cluster:
@@ -137,14 +170,39 @@ def test_same_bytes_in_process_on_local_cluster_and_on_scheduler(tmp_path, clust
 
 
 @pytest.mark.slow
-def test_killed_worker_still_gives_the_complete_report(tmp_path, cluster):
-    folder = batch(tmp_path, copies=3, corrupt=False)
-    ref_code, _, ref_files = report(folder, tmp_path / "ref", "--workers", 1)
-    assert ref_code == 0
+@pytest.mark.parametrize("command", ["diff", "ddp-report"])
+@pytest.mark.parametrize("fmt", ["md", "csv"])
+def test_diff_and_ddp_report_same_bytes_everywhere(tmp_path, cluster, command, fmt):
+    if command == "diff":
+        args, broken, code = diff_sides(tmp_path), "01_broken.sqlite", 0  # diff's exit status is its gate's
+    else:
+        args, broken, code = [ddp_folder(tmp_path)], "broken_rank0.json.gz", 1
+    runs = {
+        "in process": invoke(command, args, tmp_path / "one", "--workers", 1, "--format", fmt),
+        "local cluster": invoke(command, args, tmp_path / "two", "--workers", 2, "--format", fmt),
+        "dask scheduler": invoke(command, args, tmp_path / "sched", "--scheduler", cluster.address, "--format", fmt),
+    }
+    ref_code, ref_err, ref_files = runs["in process"]
+    assert ref_code == code, ref_err
+    skipped = [ln for ln in ref_err.splitlines() if ln.startswith("skipped")]
+    assert len(skipped) == 1 and broken in skipped[0] and "Traceback" not in ref_err
+    listed = ref_files[f"{'diff' if command == 'diff' else 'report'}.{'md' if fmt == 'md' else 'skipped_inputs.csv'}"]
+    assert broken.encode() in listed
+    if command == "ddp-report":  # every variant and the export reported: 3 labels' rank tables
+        assert sum(name.endswith("_ranks.csv") for name in ref_files) == 3 or fmt == "md"
+    for mode, (code_, err, files) in runs.items():
+        assert code_ == code and "Traceback" not in err, (mode, err)
+        assert [ln for ln in err.splitlines() if ln.startswith("skipped")] == skipped, mode
+        assert files == ref_files, mode
+    prefixes = cluster.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes))
+    assert any("guarded" in p for p in prefixes), prefixes  # the scheduler ran the command's tasks
+
+
+def run_killing_a_worker(cluster: Cluster, args: list) -> tuple[str | None, int, str]:
+    """``python -m profiler_kit *args --scheduler`` with a busy worker killed: its name, exit code, stderr."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "profiler_kit", "report", str(folder), "-o", str(tmp_path / "out"), "--no-html",
-         "--scheduler", cluster.address],
+        [sys.executable, "-m", "profiler_kit", *map(str, args), "--no-html", "--scheduler", cluster.address],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -156,7 +214,32 @@ def test_killed_worker_still_gives_the_complete_report(tmp_path, cluster):
             proc.wait()
     assert victim is not None, "no task ever ran on a worker"
     assert cluster.workers[victim].wait(timeout=10) == -signal.SIGKILL
-    assert proc.returncode == 0, err
+    return victim, proc.returncode, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["diff", "ddp-report"])
+def test_killed_worker_diff_and_ddp_report_complete(tmp_path, cluster, command):
+    if command == "diff":
+        base, new = diff_sides(tmp_path, corrupt=False)
+        args = ["diff", base, new, "--format", "csv"]
+    else:
+        args = ["ddp-report", ddp_folder(tmp_path, labels=4, corrupt=False), "--format", "csv"]
+    ref_code, ref_err, ref_files = invoke(args[0], args[1:], tmp_path / "ref", "--workers", 1)
+    assert ref_code == 0, ref_err
+    _, code, err = run_killing_a_worker(cluster, [*args, "-o", tmp_path / "out"])
+    assert code == 0, err
+    assert "skipped" not in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in sorted((tmp_path / "out").iterdir())} == ref_files
+
+
+@pytest.mark.slow
+def test_killed_worker_still_gives_the_complete_report(tmp_path, cluster):
+    folder = batch(tmp_path, copies=3, corrupt=False)
+    ref_code, _, ref_files = report(folder, tmp_path / "ref", "--workers", 1)
+    assert ref_code == 0
+    _, code, err = run_killing_a_worker(cluster, ["report", folder, "-o", tmp_path / "out"])
+    assert code == 0, err
     assert "skipped" not in err and "Traceback" not in err
     out = tmp_path / "out"
     assert {p.name: p.read_bytes() for p in sorted(out.iterdir())} == ref_files
@@ -222,3 +305,65 @@ def test_page_reader_leaves_a_mapping_still_viewed(tmp_path, monkeypatch):
     path.write_bytes(b"\0" * 4096)
     assert sqlite_pages.read_integer_columns(path, 1, {"x": 0}, 1)["x"].tolist() == [0]
     assert held[0][0] == 0  # the view still reads the file
+
+
+def _pid_or_fail(x: int) -> tuple[int, int]:
+    if x == 3:
+        raise OSError(5, "unreadable")
+    time.sleep(0.2)
+    return os.getpid(), x
+
+
+@pytest.mark.slow
+def test_local_cluster_and_this_process_share_the_inputs_each_counted_once():
+    from profiler_kit.parallel import Session
+
+    done, skipped = [], []
+    with Session(workers=2) as session:
+
+        def here(x):  # this process waits for the cluster before its first result, so both sides read some
+            end = time.monotonic() + WAIT_S
+            while session.ready_client() is None and time.monotonic() < end:
+                time.sleep(0.05)
+            return _pid_or_fail(x)
+
+        got = session.map(_pid_or_fail, range(12), local=here, on_done=done.append, skip=lambda k, e: skipped.append(k))
+    assert [x for _, x in got] == [x for x in range(12) if x != 3]  # in item order, the failed one left out
+    assert sorted(done) == [x for x in range(12) if x != 3]  # progress: once per input read, by either side
+    assert skipped == ["3"]
+    assert os.getpid() in {pid for pid, _ in got} and len({pid for pid, _ in got}) == 2
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    """The bar is drawn on a terminal's stderr (here a pseudo-terminal), not with --no-progress, never in a pipe."""
+    import pty
+
+    folder = batch(tmp_path, corrupt=False)
+
+    def stderr_of(*options, tty: bool) -> str:
+        cmd = [sys.executable, "-m", "profiler_kit", "report", str(folder), "-o", str(tmp_path / "out"), "--no-html",
+               "--workers", "1", *options]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        if not tty:
+            return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WAIT_S * 3).stderr
+        main, side = pty.openpty()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=side)
+        os.close(side)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the terminal's other side closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(timeout=WAIT_S * 3)
+        os.close(main)
+        return b"".join(chunks).decode(errors="replace")
+
+    n = len(INPUTS)
+    drawn = stderr_of(tty=True)
+    assert "Analysing" in drawn and f"{n}/{n}" in drawn
+    assert "Analysing" not in stderr_of("--no-progress", tty=True)
+    assert "Analysing" not in stderr_of(tty=False)

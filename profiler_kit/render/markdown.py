@@ -29,6 +29,16 @@ def render_table_md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
     return tabulate(list(zip(*columns, strict=True)), headers=list(shown.columns), tablefmt="github", floatfmt=floatfmt)
 
 
+def prerender(sec: Section) -> Section:
+    """``sec`` with the markdown of each of its tables (and its subsections') rendered now (``Table.markdown``):
+    a trace's section built on a Dask worker is rendered there too, not in the client after every input."""
+    for table in sec.tables:
+        table.markdown = render_table_md(table.df)
+    for sub in sec.sections:
+        prerender(sub)
+    return sec
+
+
 def _section(sec: Section, level: int, html_name: str | None) -> list[str]:
     out = [f"{'#' * level} {sec.title}", ""]
     for para in sec.text:
@@ -36,7 +46,7 @@ def _section(sec: Section, level: int, html_name: str | None) -> list[str]:
     for table in sec.tables:
         if table.title != sec.title:  # a section holding one table of its own name needs no second heading
             out += [f"**{table.title}**", ""]
-        out += [render_table_md(table.df), ""]
+        out += [table.markdown if table.markdown is not None else render_table_md(table.df), ""]
         if table.note:
             out += [f"_{table.note}_", ""]
     if sec.figures and html_name:
