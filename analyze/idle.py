@@ -236,9 +236,12 @@ def stream_sort(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.nd
     read the columns as they are instead of gathering a million rows by an order that changes nothing."""
     n = len(keys[0])
     varying = [np.asarray(k) for k in keys if not one_value(k)]
-    if not varying:
-        code, n_codes = np.zeros(n, dtype=np.int64), 1
-    elif len(varying) == 1:
+    if not varying:  # one stream: the order is by time alone (no look at the codes, all 0)
+        code = np.zeros(n, dtype=np.int64)
+        if times is None or not (times[1:] < times[:-1]).any():
+            return code, 1, None
+        return code, 1, np.argsort(times, kind="stable")
+    if len(varying) == 1:
         code, uniques = pd.factorize(varying[0])
         n_codes = len(uniques)
     else:
