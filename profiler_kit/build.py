@@ -577,7 +577,9 @@ def analyze_source(src, label: str, cache=None, prefetched=None) -> TraceResult:
     trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
     tables = analyze_trace(trace, (*REPORT_TABLES, "launches"))
     matched = tables.pop("launches")  # the ops' launch match, taken by the diagnosis
-    tables |= diagnose(trace, tables["ops"], tables.get("categories"), matched)  # profiler_kit/build_findings.py
+    summary = tables.get("summary")
+    busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(tables["ops"]) else None
+    tables |= diagnose(trace, tables["ops"], tables.get("categories"), matched, busy)  # profiler_kit/build_findings.py
     if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
         tables.update(memory_counter_tables(trace))
     ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
