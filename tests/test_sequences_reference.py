@@ -6,6 +6,7 @@ launch, ranges that tie, nest or overlap)."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 
 import numpy as np
@@ -54,13 +55,15 @@ class RefStacks:
             self.threads.setdefault(r[:2], []).append((r[2], -r[3], i, r[4]))
         for rows in self.threads.values():
             rows.sort()
+        self.starts = {key: [r[0] for r in rows] for key, rows in self.threads.items()}
 
     def __call__(self, row: int):
         call = self.calls.get((self.pid[row], self.corr[row]))
         if call is None:
             return None
         pid, _, tid, t = call
-        return tuple(r[3] for r in self.threads.get((pid, tid), []) if r[0] <= t < -r[1])
+        started = self.threads.get((pid, tid), [])[: bisect_right(self.starts.get((pid, tid), []), t)]
+        return tuple(r[3] for r in started if t < -r[1])
 
 
 def ref_sequences(ops, lengths, top, runtime=None, ranges=None) -> pd.DataFrame:
