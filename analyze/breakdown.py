@@ -702,6 +702,7 @@ TABLES = (
     "memops",
     "attributed",
     "ranges",
+    "range_names",
     "range_groups",
     "range_kernels",
     "range_group_kernels",
@@ -713,7 +714,8 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES, threads: int =
     """Every breakdown of one trace, by name: the entry point for notebooks and reports.
 
     ``tables`` names the ones to return (all of TABLES by default): a report skips the
-    tables it never shows, such as range_kernels (0.1 s on a million kernels). "launches", never
+    tables it never shows, such as range_kernels (0.1 s on a million kernels), and takes "range_names" (the
+    distinct range names, the rows of "ranges" but the unnamed one) where it only counts the names of "ranges". "launches", never
     returned unless named, is the ops' match to their launching calls (``projection.launches`` with
     runtime_row), which the report's diagnosis takes instead of matching a million ops again. A second
     thread matches the ops to their launches (from their ids alone, waiting there for a
@@ -781,6 +783,7 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES, threads: int =
                 trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time, ops=outside_of
             ),
             "phases": phase_table,
+            "range_names": lambda: pd.DataFrame({"range": range_name_codes(trace.nvtx)[1]}),
         }
         out = {name: summarize() for name, summarize in summaries.items() if name in tables}
         out |= op_summaries | side.result()[0]

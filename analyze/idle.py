@@ -66,14 +66,17 @@ def _overlap(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray)
     return int((covered(b_e) - covered(b_s)).sum())
 
 
-def _breakdown(starts, ends, compute, comm, lo: int | None = None, hi: int | None = None) -> dict:
-    """The breakdown of one GPU's ops (arrays), optionally clipped to the window [lo, hi)."""
+def _breakdown(
+    starts, ends, compute, comm, lo: int | None = None, hi: int | None = None, busy: int | None = None
+) -> dict:
+    """The breakdown of one GPU's ops (arrays), optionally clipped to the window [lo, hi); ``busy``: the union of
+    the ops' intervals when already known (unclipped only)."""
     if lo is not None:
         starts, ends = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
     span = int(ends.max() - starts.min()) if lo is None else int(hi - lo)
-    busy = union_length(starts, ends)
+    busy = union_length(starts, ends) if busy is None or lo is not None else busy
     if not comm.any():  # no communication (one GPU): the compute time alone, with no interval of its union built
-        comp = union_length(starts[compute], ends[compute]) if not compute.all() else busy
+        comp = union_length(masked(starts, compute), masked(ends, compute)) if not compute.all() else busy
         return {"span_ns": span, "busy_ns": busy, "compute_ns": comp, "non_compute_ns": busy - comp} | {
             "idle_ns": span - busy,
             "comm_ns": 0,
@@ -92,6 +95,13 @@ def _breakdown(starts, ends, compute, comm, lo: int | None = None, hi: int | Non
         "comm_ns": comm_ns,
         "comm_exposed_ns": comm_ns - _overlap(c_s, c_e, m_s, m_e),
     }
+
+
+def masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values[mask]``, as a slice when the mask holds the first rows only (the kernels come first in
+    ``gpu_ops``, the memcpy/memset rows after them): no gathered copy of a million rows."""
+    k = np.count_nonzero(mask)
+    return values[:k] if k and mask[:k].all() else values[mask]
 
 
 def _fracs(df: pd.DataFrame) -> pd.DataFrame:
@@ -116,10 +126,14 @@ def in_categories(values: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
     return hit[values.cat.codes.to_numpy()]
 
 
-def temporal_breakdown(ops: pd.DataFrame) -> pd.DataFrame:
+def temporal_breakdown(ops: pd.DataFrame, busy_ns: int | None = None) -> pd.DataFrame:
     """Per (pid, device_id): span, busy, compute, non-compute and idle time (TEMPORAL_COLUMNS).
 
     ``ops`` is ``analyze.breakdown.gpu_ops(trace)`` (kernels and memcpy/memset with their category).
+    ``busy_ns``: the union of every op's interval when the overview already measured it
+    (``analyze.breakdown.busy_time_ns``, its gpu_busy_ns), taken when the ops are one process on one GPU:
+    the union's two sorts of a million times cost the 150-copy export ~0.02 s of CPU a second time
+    (benchmarks/README.md, "Report speed").
     """
     if ops.empty:
         return pd.DataFrame(columns=TEMPORAL_COLUMNS)
@@ -127,7 +141,9 @@ def temporal_breakdown(ops: pd.DataFrame) -> pd.DataFrame:
     starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
     rows = []
     for (pid, dev), idx in _groups(ops, ["pid", "device_id"]):
-        rows.append({"pid": pid, "device_id": dev, **_breakdown(starts[idx], ends[idx], compute[idx], comm[idx])})
+        known = busy_ns if isinstance(idx, slice) else None  # slice(None): one group, every op
+        part = _breakdown(starts[idx], ends[idx], compute[idx], comm[idx], busy=known)
+        rows.append({"pid": pid, "device_id": dev, **part})
     return _fracs(pd.DataFrame(rows))[TEMPORAL_COLUMNS]
 
 
@@ -236,9 +252,12 @@ def stream_sort(keys: list[np.ndarray], times: np.ndarray | None) -> tuple[np.nd
     read the columns as they are instead of gathering a million rows by an order that changes nothing."""
     n = len(keys[0])
     varying = [np.asarray(k) for k in keys if not one_value(k)]
-    if not varying:
-        code, n_codes = np.zeros(n, dtype=np.int64), 1
-    elif len(varying) == 1:
+    if not varying:  # one stream: the order is by time alone (no look at the codes, all 0)
+        code = np.zeros(n, dtype=np.int64)
+        if times is None or not (times[1:] < times[:-1]).any():
+            return code, 1, None
+        return code, 1, np.argsort(times, kind="stable")
+    if len(varying) == 1:
         code, uniques = pd.factorize(varying[0])
         n_codes = len(uniques)
     else:
@@ -312,8 +331,8 @@ def idle_breakdown(
             "idle_ns": idle[kept].astype(np.int64),
         }
     )
-    total = out.groupby(["pid", "device_id", "stream_id"])["idle_ns"].transform("sum")
-    out["idle_frac"] = out["idle_ns"] / total.where(total > 0)
+    total = idle.reshape(n_codes, 3).sum(axis=1)[kept // 3]  # the stream's idle ns (a groupby: ~3 ms of pandas)
+    out["idle_frac"] = out["idle_ns"].to_numpy() / np.where(total > 0, total, np.nan)
     return out.sort_values(["pid", "device_id", "stream_id"], kind="stable").reset_index(drop=True)[IDLE_COLUMNS]
 
 

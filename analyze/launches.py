@@ -129,14 +129,13 @@ def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
     n = len(labels)
     key = group.astype(np.int16 if n < 2**15 else np.int64)[calls.codes]
     ops = np.bincount(key, minlength=n)
-    order = by_call(key, ops)
-    bounds = np.concatenate([[0], np.cumsum(ops)])  # call g's rows: bounds[g]:bounds[g + 1] of the order
+    order, first = by_call(key, ops)  # call g's rows: first[g]:first[g] + ops[g] of the order
     cpu, gpu, delay = (in_order(launched[c].to_numpy(), order) for c in ("cpu_ns", "gpu_ns", "launch_delay_ns"))
     short = in_order(launched["short"].to_numpy(dtype=bool), order)
     ints = np.zeros((6, n), dtype=np.int64)  # cpu and gpu totals, delay total, short ops, outliers of each kind
     floats = np.full((3, n), np.nan)  # cpu and delay median, delay max
     for g in np.flatnonzero(ops):
-        rows = slice(bounds[g], bounds[g + 1])
+        rows = slice(first[g], first[g] + ops[g])
         c, d = cpu[rows], delay[rows]
         ints[:, g] = (c.sum(), gpu[rows].sum(), d.sum(), np.count_nonzero(short[rows]),
                       np.count_nonzero(c > RUNTIME_OUTLIER_NS), np.count_nonzero(d > LAUNCH_DELAY_OUTLIER_NS))  # fmt: skip
@@ -163,13 +162,21 @@ def summarize_launches(launched: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("cpu_total_ns", ascending=False, kind="stable")[cols].reset_index(drop=True)
 
 
-def by_call(key: np.ndarray, ops: np.ndarray) -> np.ndarray | None:
-    """The rows grouped by launching call (a stable radix sort of the small call codes), or None when one call
-    launched every op (rows as they are): each call's rows are then one slice, whose sums, counts and median
-    cost less than a mask, a copy and a float ``bincount`` per call and column."""
-    if np.count_nonzero(ops) <= 1:
-        return None
-    return np.argsort(key, kind="stable")
+def by_call(key: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """The rows grouped by launching call (``key``, ``ops`` rows of each) and where each call's rows begin there.
+
+    Each call's rows then are one slice, whose sums, counts and median cost less than a mask, a copy and a
+    float ``bincount`` per call and column. The order is None (rows as they are) when each call's rows already
+    lie together (one call; kernels then copies, the usual export): the stable radix sort of the small call
+    codes and the gathers of four columns by it cost the 150-copy export ~0.03 s of CPU (benchmarks/README.md,
+    "Report speed").
+    """
+    heads = np.flatnonzero(key[1:] != key[:-1]) + 1  # where a run of one call begins, but the first
+    if len(heads) + 1 == np.count_nonzero(ops):  # one run per call
+        first = np.zeros(len(ops), dtype=np.int64)
+        first[key[np.concatenate([[0], heads])]] = np.concatenate([[0], heads])
+        return None, first
+    return np.argsort(key, kind="stable"), np.concatenate([[0], np.cumsum(ops)[:-1]])
 
 
 def by_launch_start(launched: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray]:
@@ -303,15 +310,14 @@ def _queue_stats(issued: np.ndarray, starts: np.ndarray, full_at: int) -> tuple[
 
 
 def starts_before(issued: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """For two sorted arrays: how many ``starts`` lie strictly before each launch
-    (``np.searchsorted(starts, issued, "left")``).
+    """For two sorted arrays: how many ``starts`` lie strictly before each launch.
 
-    One stable argsort of the two arrays placed end to end is a single merge of two runs in timsort, where a
-    launch comes before a start at the same time as it comes first: the place of launch i in the merge, less
-    i, is the count. Binary searches of a million sorted values took twice as long.
+    A binary search per launch; numpy's search narrows each one from the previous result when the launches
+    rise. On the 150-copy export, loaded VM (2026-11-27), it took 28-42 ms where one stable argsort of the
+    two arrays end to end (a single merge in timsort) took 49-63 ms (benchmarks/README.md, "Report speed");
+    an earlier measurement on a quiet VM had it the other way round.
     """
-    merged = np.argsort(np.concatenate([issued, starts]), kind="stable")
-    return np.flatnonzero(merged < len(issued)) - np.arange(len(issued))
+    return np.searchsorted(starts, issued, "left")
 
 
 def queue_length(
@@ -345,8 +351,7 @@ def queue_length(
         dtype=np.int64,
     ).reshape(m, 5)
     held, events_sum, span, full, peak = stats.T
-    row = np.zeros(m, dtype=np.int64)  # a launched row of each stream
-    row[code[::-1]] = np.arange(n - 1, -1, -1)
+    row = bounds[:-1] if order is None else order[bounds[:-1]]  # a launched row of each stream (its first)
     ops = np.diff(bounds)
     out = pd.DataFrame(
         {

@@ -20,7 +20,8 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
-from profiler_kit.analyze.idle import stream_order
+from profiler_kit.analyze.idle import in_order, stream_sort
+from profiler_kit.analyze.tables import one_value_view
 
 SEQUENCE_COLUMNS = ["length", "sequence", "occurrences", "total_ns", "share_frac", "per_occurrence_ns"]
 LAUNCHER_COLUMNS = ["launched_by", "op_stack", "op_stack_frac"]
@@ -45,54 +46,38 @@ def kernel_sequences(
     """
     attribute = runtime is not None and ranges is not None
     columns = SEQUENCE_COLUMNS + (LAUNCHER_COLUMNS if attribute else [])
-    is_kernel = np.flatnonzero(ops["is_kernel"].to_numpy(dtype=bool))
-    if not len(is_kernel):
+    kernels = stream_kernels(ops)
+    if kernels is None:
         return pd.DataFrame(columns=columns)
-    n_ops = len(ops)
-    keys = [np.broadcast_to(ops[c].to_numpy(), n_ops)[is_kernel] for c in ("pid", "device_id", "stream_id")]
-    code, _, order = stream_order(keys, ops["start_ns"].to_numpy()[is_kernel])
-    rows = is_kernel[order]
-    kernel_rows = rows
-    stream = code[order]
-    name = pd.Categorical(ops["name"])
-    names, labels = name.codes[rows].astype(np.int64), name.categories
-    dur = ops["duration_ns"].to_numpy()[rows]
-    running = np.concatenate([[0], np.cumsum(dur, dtype=np.int64)])  # GPU time of the first i kernels
+    kernel_rows, stream, names, labels, running = kernels
     all_ns = int(running[-1])
     rows, samples = [], []
     for n in lengths:
         if len(names) < n:
             continue
         m = len(names) - n + 1
-        same = stream[:m] == stream[n - 1 :]  # the window's first and last kernel on one stream
         key = _window_ids(names, n)
         total = running[n:] - running[:m]  # each window's GPU time
-        key, total = key[same], total[same]
+        first = None  # the window of each key row: itself, when every kernel runs on one stream
+        if stream is not None:
+            first = np.flatnonzero(stream[:m] == stream[n - 1 :])  # the window's first and last kernel on one stream
+            key, total = key[first], total[first]
         if not len(key):  # every window crosses streams: nothing repeats on one stream
             continue
-        first = np.flatnonzero(same)
         count = np.bincount(key)
         time = np.bincount(key, weights=total)
         best = np.argsort(-time, kind="stable")[:top]
-        where = np.full(len(count), -1)
-        where[key[::-1]] = first[::-1]  # first occurrence of each key
-        if attribute:  # the window starts of the best keys, grouped by key: one pass, not one per key
-            wanted = np.zeros(len(count), dtype=bool)
-            wanted[best] = True
-            mine = np.flatnonzero(wanted[key])
-            mine = mine[np.argsort(key[mine], kind="stable")]
-            bounds = np.searchsorted(key[mine], best[np.argsort(best)])
-            starts_of = dict(zip(np.sort(best).tolist(), np.split(first[mine], bounds[1:]), strict=True))
+        starts_of = occurrences(key, best, first)
         for k in best:
             if count[k] < 2:
                 continue
-            at = where[k]
+            starts = starts_of[int(k)]
+            at = starts[0]  # the first occurrence
             seq = " -> ".join(str(labels[c]) for c in names[at : at + n])
             rows.append(
                 [n, seq, int(count[k]), int(time[k]), time[k] / all_ns if all_ns else np.nan, time[k] / count[k]]
             )
             if attribute:
-                starts = starts_of[int(k)]
                 starts = starts[np.unique(np.linspace(0, len(starts) - 1, SAMPLE_OCCURRENCES).round().astype(int))]
                 samples.append(kernel_rows[starts[:, None] + np.arange(n)])  # ops rows: occurrence x position
     out = pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
@@ -106,16 +91,79 @@ def kernel_sequences(
     return out[columns] if len(out) else pd.DataFrame(columns=columns)
 
 
+def stream_kernels(ops: pd.DataFrame) -> tuple | None:
+    """The kernels of ``ops`` one stream after another, each in start order (``analyze.idle.stream_sort``): their
+    ops rows, stream codes (None when one stream ran them all: no window crosses streams), name codes (int64),
+    the name labels and the running sum of their GPU time (from 0). None without kernels.
+
+    The kernels are the first rows of ``gpu_ops`` (the memcpy/memset rows follow), rows already in order on
+    one stream are the usual nsys export, and a column of one value is a view: then the columns are read as
+    slices, not gathered by the kernel rows and again by an order that changes nothing (~0.1 s of CPU on the
+    150-copy export: benchmarks/README.md, "Report speed").
+    """
+    is_kernel = np.flatnonzero(ops["is_kernel"].to_numpy(dtype=bool))
+    if not len(is_kernel):
+        return None
+    n = len(is_kernel)
+    first_rows = is_kernel[-1] == n - 1  # rising rows, the last at n - 1: the kernels are rows 0 to n - 1
+
+    def column(values: np.ndarray) -> np.ndarray:
+        values = np.broadcast_to(values, len(ops))
+        return values[:n] if first_rows or one_value_view(values) else values[is_kernel]
+
+    keys = [column(ops[c].to_numpy()) for c in ("pid", "device_id", "stream_id")]
+    code, n_codes, order = stream_sort(keys, column(ops["start_ns"].to_numpy()))
+    rows = in_order(is_kernel, order)
+    stream = None if n_codes == 1 else in_order(code, order)
+    name = pd.Categorical(ops["name"])
+    if order is None:
+        names, dur = column(name.codes), column(ops["duration_ns"].to_numpy())
+    else:
+        names, dur = name.codes[rows], ops["duration_ns"].to_numpy()[rows]
+    running = np.zeros(n + 1, dtype=np.int64)  # GPU time of the first i kernels
+    np.cumsum(dur, dtype=np.int64, out=running[1:])
+    return rows, stream, names.astype(np.int64), name.categories, running
+
+
+def occurrences(key: np.ndarray, best: np.ndarray, first: np.ndarray | None) -> dict[int, np.ndarray]:
+    """For each key in ``best``: the window starts (``first[i]`` of each row i holding it, or i itself when
+    ``first`` is None) in order. One pass: the rows of the wanted keys grouped by a stable radix sort of
+    their small rank among ``best``, where a stable sort of their int64 keys took ~0.05 s of CPU on the
+    150-copy export (benchmarks/README.md, "Report speed")."""
+    wanted = np.sort(best)
+    rank = np.full(int(key.max()) + 1, -1, dtype=np.int16 if len(wanted) < 2**15 else np.int64)
+    rank[wanted] = np.arange(len(wanted))
+    ranks = rank[key]
+    mine = np.flatnonzero(ranks >= 0)
+    ranks = ranks[mine]
+    mine = mine[np.argsort(ranks, kind="stable")]
+    if first is not None:
+        mine = first[mine]
+    bounds = np.cumsum(np.bincount(ranks, minlength=len(wanted)))[:-1]
+    return dict(zip(wanted.tolist(), np.split(mine, bounds), strict=True))
+
+
 def launch_ranges(*tables: pd.DataFrame | None) -> pd.DataFrame:
     """The CPU-side ranges that can launch kernels, as one table (name, start_ns, end_ns, pid, tid): Kineto's
     cpu ops (reader's ``meta["cpu_op_ranges"]``) and ``trace.nvtx`` (record_function / NVTX push-pop ranges),
-    ProfilerStep#N left out."""
+    ProfilerStep#N left out. Names stay as they come (NVTX names as categories; judged per category)."""
     cols = ["name", "start_ns", "end_ns", "pid", "tid"]
-    parts = [t[cols].assign(name=t["name"].astype(str)) for t in tables if t is not None and len(t)]
+    parts = [t[cols] for t in tables if t is not None and len(t)]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "name" else "int64") for c in cols})
-    df = pd.concat(parts, ignore_index=True)
-    return df[~df["name"].str.match(STEP_RANGE.pattern)].reset_index(drop=True)
+    parts = [p[~is_step(p["name"])] for p in parts]
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0].reset_index(drop=True)
+
+
+def is_step(names: pd.Series) -> np.ndarray:
+    """The names that are ProfilerStep#N (STEP_RANGE). A categorical column is judged per category and read
+    through its codes: its 77k NVTX names as text cost the 150-copy export ~0.05 s (benchmarks/README.md,
+    "Report speed")."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        texts = pd.Series(names.cat.categories.astype(str))
+        hit = np.append(np.asarray(texts.str.match(STEP_RANGE.pattern), dtype=bool), False)  # code -1: no name
+        return hit[names.cat.codes.to_numpy()]
+    return np.asarray(names.astype(str).str.match(STEP_RANGE.pattern), dtype=bool)
 
 
 def launch_stacks(ops: pd.DataFrame, runtime: pd.DataFrame, ranges: pd.DataFrame, rows: np.ndarray) -> list:
@@ -124,23 +172,63 @@ def launch_stacks(ops: pd.DataFrame, runtime: pd.DataFrame, ranges: pd.DataFrame
     runtime row wins, as analyze.projection.launches)."""
     corr = np.broadcast_to(ops["correlation_id"].to_numpy(), len(ops))[rows]
     pid = np.broadcast_to(ops["pid"].to_numpy(), len(ops))[rows]
-    rt = runtime[rows_with(runtime["correlation_id"].to_numpy(), corr)].drop_duplicates(["pid", "correlation_id"])
-    at = pd.MultiIndex.from_frame(rt[["pid", "correlation_id"]]).get_indexer(pd.MultiIndex.from_arrays([pid, corr]))
-    call_pid, call_tid, call_start = (rt[c].to_numpy() for c in ("pid", "tid", "start_ns"))
-    threads = {}
-    for key, g in ranges.sort_values("start_ns", kind="stable").groupby(["pid", "tid"], sort=False):
-        threads[key] = (g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["name"].to_numpy())
-    none = (np.empty(0, dtype=np.int64),) * 2 + (np.empty(0, dtype=object),)
+    rt_corr = runtime["correlation_id"].to_numpy()
+    hit = np.flatnonzero(rows_with(rt_corr, corr))  # the few runtime rows with a wanted id
+    rt_pid = np.broadcast_to(runtime["pid"].to_numpy(), len(runtime))[hit]
+    call_tid = np.broadcast_to(runtime["tid"].to_numpy(), len(runtime))[hit]
+    call_start = runtime["start_ns"].to_numpy()[hit]
+    first: dict[tuple, int] = {}
+    for i, key in enumerate(zip(rt_pid.tolist(), rt_corr[hit].tolist(), strict=True)):
+        first.setdefault(key, i)
+    at = [first.get(key, -1) for key in zip(pid.tolist(), corr.tolist(), strict=True)]
+    wanted = {(rt_pid[i], call_tid[i]) for i in at if i >= 0}
+    threads = thread_ranges(ranges, wanted)
     out = []
     for i in at:
         if i < 0:
             out.append(None)
             continue
-        ts = call_start[i]
-        r_start, r_end, r_name = threads.get((call_pid[i], call_tid[i]), none)
-        open_ = np.flatnonzero(r_end[: np.searchsorted(r_start, ts, "right")] > ts)  # started by the call, not ended
-        out.append(tuple(r_name[open_[np.lexsort((-r_end[open_], r_start[open_]))]]))  # outermost first
+        on_thread = threads.get((rt_pid[i], call_tid[i]))
+        out.append(on_thread.open_at(call_start[i]) if on_thread is not None else ())
     return out
+
+
+def thread_ranges(ranges: pd.DataFrame, wanted: set) -> dict[tuple, OpenRanges]:
+    """The ranges of each wanted (pid, tid), in start order (stable), as ``OpenRanges``."""
+    pid, tid = ranges["pid"].to_numpy(), ranges["tid"].to_numpy()
+    start, end, name = ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy(), ranges["name"].to_numpy()
+    out = {}
+    for p, t in wanted:
+        mine = np.flatnonzero((pid == p) & (tid == t))
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        out[(p, t)] = OpenRanges(start[mine], end[mine], name[mine])
+    return out
+
+
+class OpenRanges:
+    """One thread's ranges sorted by start, with the latest end in each block of BLOCK of them: the ranges open
+    at a time are then looked for in the blocks that end after it, not among every range started before it
+    (each sampled launch scanned up to 77k NVTX ranges: ~0.1 s of CPU on the 150-copy export,
+    benchmarks/README.md, "Report speed")."""
+
+    BLOCK = 64
+
+    def __init__(self, start: np.ndarray, end: np.ndarray, name: np.ndarray):
+        self.start, self.end, self.name = start, end, name
+        heads = np.arange(0, len(end), self.BLOCK)
+        self.block_end = np.maximum.reduceat(end, heads) if len(end) else end
+
+    def open_at(self, t: int) -> tuple:
+        """The names of the ranges started at or before ``t`` and ending after it, outermost first (by start,
+        then the longest first; equal ones in row order)."""
+        started = int(np.searchsorted(self.start, t, "right"))
+        whole = started // self.BLOCK  # blocks whose ranges all started by t
+        blocks = np.flatnonzero(self.block_end[:whole] > t)
+        rows = np.concatenate(
+            [(blocks[:, None] * self.BLOCK + np.arange(self.BLOCK)).ravel(), np.arange(whole * self.BLOCK, started)]
+        )
+        rows = rows[self.end[rows] > t]
+        return tuple(self.name[rows[np.lexsort((-self.end[rows], self.start[rows]))]])
 
 
 def rows_with(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -191,10 +279,11 @@ def _window_ids(names: np.ndarray, n: int) -> np.ndarray:
     base = int(names.max()) + 1
     if base**n < 2**63:
         key = names[:m].copy()
-        for i in range(1, n):
-            key = key * base + names[i : i + m]
-        return pd.factorize(key)[0].astype(np.int64)
+        for i in range(1, n):  # in place: no fresh million-row array per step
+            key *= base
+            key += names[i : i + m]
+        return pd.factorize(key)[0].astype(np.int64, copy=False)
     key = names[:m]
     for i in range(1, n):  # one dense id per distinct (previous key, next name) pair
-        key = pd.factorize(key * base + names[i : i + m])[0].astype(np.int64)
+        key = pd.factorize(key * base + names[i : i + m])[0].astype(np.int64, copy=False)
     return key

@@ -8,7 +8,10 @@ subprocesses and prints wall time and peak memory (max RSS; for profiler-kit, it
 early-read child's) of each and the ratios.
 Ours runs three ways: without the Arrow cache (--no-cache), first run (reads
 SQLite and writes the cache beside the export) and cached run (reads the cache);
-each command runs ``--repeat`` times, interleaved, and the ratio is of medians.
+each command runs ``--repeat`` times, ours and nsys' interleaved in each round (a
+busy spell of a shared machine then hits both tools), and the ratio is of medians.
+CPU time (user + system, the command and every process it waited for) is printed
+beside wall time: on a loaded machine it is the steadier figure.
 
     python benchmarks/bench_report.py ../shared/data/nsys_sqlite/zx3xyy__assignment2-systems__result_2_7B_nvtx.sqlite --copies 150
 """
@@ -80,7 +83,8 @@ def replicate(src: Path, dst: Path, copies: int) -> dict[str, int]:
 
 PEAK_WRAPPER = (
     "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True); "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode); sys.stderr.write(p.stderr[-300:])"
+    "r = resource.getrusage(resource.RUSAGE_CHILDREN); print(r.ru_maxrss, p.returncode, r.ru_utime + r.ru_stime); "
+    "sys.stderr.write(p.stderr[-300:])"
 )
 # profiler-kit as ``python -m profiler_kit``, adding the peak RSS of every child it reaps (the early read's
 # forked reader, analyze/early_read.py) to its own, written to PK_PEAK_FILE at exit: the wrapper's
@@ -102,8 +106,9 @@ runpy.run_module("profiler_kit", run_name="__main__")
 """
 
 
-def timed(cmd: list[str], cwd: Path, scratch: Path) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS (MiB), return code.
+def timed(cmd: list[str], cwd: Path, scratch: Path) -> tuple[float, float, int, float]:
+    """Wall seconds, peak RSS (MiB), return code, CPU seconds (user + system of the command and its waited-for
+    descendants: RUSAGE_CHILDREN counts a grandchild once its parent reaped it).
 
     A fresh wrapper process runs the command, so the peak is this command's alone: the largest
     process's peak, or for profiler-kit (run through PROFILER_KIT_WITH_CHILDREN) the sum of its
@@ -115,12 +120,13 @@ def timed(cmd: list[str], cwd: Path, scratch: Path) -> tuple[float, float, int]:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PEAK_WRAPPER, *cmd], cwd=cwd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
-    peak_kib, rc = (int(v) for v in proc.stdout.split())
+    peak, code, cpu = proc.stdout.split()
+    peak_kib, rc = int(peak), int(code)
     peak_kib = int(peak_file.read_text() or peak_kib)
     peak_file.unlink()
     if rc:
         print(f"  {cmd[0]} failed: {proc.stderr.strip()}", file=sys.stderr)
-    return wall, peak_kib / 1024, rc
+    return wall, peak_kib / 1024, rc, float(cpu)
 
 
 STAGES = """
@@ -184,46 +190,48 @@ def run(args: argparse.Namespace, work: Path) -> None:
     print(f"built {big} ({big.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s: {counts}")
     root = Path(__file__).resolve().parent.parent
     report = [sys.executable, "-c", PROFILER_KIT_WITH_CHILDREN, "report", str(big), "-o", str(work / "out")]
-    ours: dict[str, list[tuple[float, float, int]]] = {"no cache": [], "first run": [], "cached run": []}
+    ours: dict[str, list[tuple[float, float, int, float]]] = {"no cache": [], "first run": [], "cached run": []}
+    theirs: dict[str, list[tuple[float, float, int, float]]] = {"gpukernsum": [], "nvtxkernsum": []}
+    with_nsys = not args.skip_nsys and shutil.which("nsys") is not None
     for _ in range(args.repeat):  # interleaved, so a slow spell of the machine hits every kind of run
         ours["no cache"].append(timed([*report, "--no-cache"], root, work))
         shutil.rmtree(cache_dir(big), ignore_errors=True)
         ours["first run"].append(timed(report, root, work))
         ours["cached run"].append(timed(report, root, work))
-    for label, runs in ours.items():
-        print(f"profiler-kit report (md + html), {label}: {spread([r[0] for r in runs])} s, "
-              f"peak RSS {spread([r[1] for r in runs], 0)} MiB")  # fmt: skip
-    stages = stage_times(big, root)
-    print("stages of a cached report, in-process: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
-    if args.skip_nsys or shutil.which("nsys") is None:
-        print("nsys not run")
-        return
-    theirs: dict[str, list[tuple[float, float, int]]] = {"gpukernsum": [], "nvtxkernsum": []}
-    for _ in range(args.repeat):
-        for rep, runs in theirs.items():
+        for rep, runs in theirs.items() if with_nsys else ():
             copy = work / f"{rep}.sqlite"
             shutil.copy(big, copy)
             nsys = ["nsys", "stats", "-q", "--force-export", "false", "--force-overwrite", "true", "--format", "csv"]
             nsys += ["--report", rep]
             runs.append(timed([*nsys, "-o", str(work / rep), str(copy)], root, work))
             os.unlink(copy)
+    for label, runs in ours.items():
+        print(f"profiler-kit report (md + html), {label}: {spread([r[0] for r in runs])} s, "
+              f"CPU {spread([r[3] for r in runs])} s, peak RSS {spread([r[1] for r in runs], 0)} MiB")  # fmt: skip
+    stages = stage_times(big, root)
+    print("stages of a cached report, in-process: " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
+    if not with_nsys:
+        print("nsys not run")
+        return
     for rep, runs in theirs.items():
         print(
-            f"nsys stats --report {rep}: {spread([r[0] for r in runs])} s, peak RSS {spread([r[1] for r in runs], 0)} MiB"
+            f"nsys stats --report {rep}: {spread([r[0] for r in runs])} s, CPU {spread([r[3] for r in runs])} s, "
+            f"peak RSS {spread([r[1] for r in runs], 0)} MiB"
         )
     failed = [name for name, runs in {**ours, **theirs}.items() if any(r[2] for r in runs)]
     if failed:  # a failed run's time says nothing: no ratio from it
         print(f"no ratio: these runs failed: {', '.join(failed)}")
         return
-    nsys_total = statistics.median(
-        a[0] + b[0] for a, b in zip(theirs["gpukernsum"], theirs["nvtxkernsum"], strict=True)
-    )
-    for label, runs in ours.items():
-        wall = statistics.median(r[0] for r in runs)
-        print(
-            f"ratio of medians, {label}: nsys stats (gpukernsum + nvtxkernsum) {nsys_total:.2f} s / "
-            f"profiler-kit whole report {wall:.2f} s = {nsys_total / wall:.1f}x"
+    for i, what in ((0, "wall"), (3, "CPU")):
+        nsys_total = statistics.median(
+            a[i] + b[i] for a, b in zip(theirs["gpukernsum"], theirs["nvtxkernsum"], strict=True)
         )
+        for label, runs in ours.items():
+            mine = statistics.median(r[i] for r in runs)
+            print(
+                f"ratio of medians ({what}), {label}: nsys stats (gpukernsum + nvtxkernsum) {nsys_total:.2f} s / "
+                f"profiler-kit whole report {mine:.2f} s = {nsys_total / mine:.1f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -78,10 +78,15 @@ DIAGNOSIS_TABLES = (
 
 
 def diagnose(
-    trace: Trace, ops: pd.DataFrame, categories: pd.DataFrame | None = None, matched: pd.DataFrame | None = None
+    trace: Trace,
+    ops: pd.DataFrame,
+    categories: pd.DataFrame | None = None,
+    matched: pd.DataFrame | None = None,
+    busy_ns: int | None = None,
 ) -> dict[str, pd.DataFrame]:
     """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``, ``matched`` the
-    ops' launch match when ``analyze_trace`` made it (its "launches" table; else matched here).
+    ops' launch match when ``analyze_trace`` made it (its "launches" table; else matched here), ``busy_ns`` the
+    ops' busy time when its overview measured it (its gpu_busy_ns: ``analyze.idle.temporal_breakdown``).
 
     A second thread takes the analyses that need only the ops (sequences first: the longest; then the temporal
     breakdown and collectives), then the queue length, while this one matches the launches and summarizes
@@ -91,7 +96,7 @@ def diagnose(
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         side_sequences = pool.submit(_sequences, trace, ops)
-        side_ops = pool.submit(_op_analyses, trace, ops)
+        side_ops = pool.submit(_op_analyses, trace, ops, busy_ns)
         launched = launch_table(ops, trace.runtime, matched)
         streams = ops_streams(ops)  # sorted once for the idle time and the queue length
         queue_streams = streams if same_rows(ops, launched) else None
@@ -107,7 +112,7 @@ def diagnose(
         }
         out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
         out["queue"] = taken_back(side_queue, queue_length, launched, MAX_QUEUE_LENGTH, queue_streams)
-        out |= taken_back(side_ops, _op_analyses, trace, ops)
+        out |= taken_back(side_ops, _op_analyses, trace, ops, busy_ns)
         out["sequences"] = side_sequences.result()
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": short_excess(launched)})
     return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": out["comm_kernels"]}
@@ -130,13 +135,13 @@ def _sequences(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
     return kernel_sequences(ops, runtime=trace.runtime, ranges=ranges)
 
 
-def _op_analyses(trace: Trace, ops: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def _op_analyses(trace: Trace, ops: pd.DataFrame, busy_ns: int | None = None) -> dict[str, pd.DataFrame]:
     """The analyses that need the GPU ops only (no launch matching), but the kernel sequences."""
     comm = trace_comm_kernels(trace, ops)
     instances = collective_instances(comm)
     bandwidth = collective_bandwidth(comm)
     return {
-        "temporal": temporal_breakdown(ops),
+        "temporal": temporal_breakdown(ops, busy_ns),
         "comm_kernels": comm,
         "collectives": summarize_collectives(instances),
         "bandwidth": summarize_bandwidth(bandwidth),

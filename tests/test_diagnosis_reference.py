@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from profiler_kit.analyze.breakdown import analyze_trace, gpu_ops, op_ids, phase_ranges
+from profiler_kit.analyze.breakdown import analyze_trace, gpu_ops, op_ids, phase_ranges, summarize_trace
 from profiler_kit.analyze.idle import (
     IDLE_CLASSES,
     KERNEL_WAIT_NS,
@@ -373,7 +373,10 @@ def test_phase_and_step_analyses_equal_the_loops_on_real_traces(path):
     expected_steps = ref_step_ranges(trace.nvtx)
     pd.testing.assert_frame_equal(steps, expected_steps)
     pd.testing.assert_frame_equal(step_windows(steps, launched, ops), ref_step_windows(steps, launched, ops))
-    pd.testing.assert_frame_equal(temporal_breakdown(ops), ref_temporal(ops), check_dtype=False)
+    expected_temporal = ref_temporal(ops)
+    pd.testing.assert_frame_equal(temporal_breakdown(ops), expected_temporal, check_dtype=False)
+    busy = int(summarize_trace(trace, ops)["gpu_busy_ns"].iloc[0])  # as the report hands it over
+    pd.testing.assert_frame_equal(temporal_breakdown(ops, busy), expected_temporal, check_dtype=False)
 
 
 def ref_step_ranges(nvtx: pd.DataFrame) -> pd.DataFrame:
@@ -527,3 +530,15 @@ def test_copy_bandwidth_and_step_names_with_missing_names():
     assert matching(nvtx["name"], re.compile(r"^(ProfilerStep#\d+|step)$")).tolist() == expected
     assert matching(nvtx["name"].astype(object), re.compile(r"^(ProfilerStep#\d+|step)$")).tolist() == expected
     assert step_ranges(nvtx)["start_ns"].tolist() == [0, 3, 5]
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_launch_summary_of_rows_grouped_by_call(descending):
+    """Rows that come one call after another (kernels then copies, as an export stores them), in the calls'
+    code order or not: read as slices, no sort; the same table as the loop's."""
+    ops, runtime = random_trace(11, 600, streams=2)
+    launched = launch_table(ops, runtime)
+    codes = pd.Categorical(launched["launch_call"]).codes
+    grouped = launched.iloc[np.argsort(-codes if descending else codes, kind="stable")].reset_index(drop=True)
+    assert len(np.unique(codes)) > 1
+    pd.testing.assert_frame_equal(summarize_launches(grouped), ref_summarize_launches(grouped), check_dtype=False)
