@@ -391,7 +391,7 @@ class RangeWindows:
             )
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        """ranges, range_groups, range_group_kernels, phases, phase_kernels, phase_categories (as analyze_trace's)."""
+        """range_names, range_groups, range_group_kernels, phases, phase_kernels, phase_categories (as analyze_trace's)."""
         self.evict(BIG)
         texts = self.labels.texts()
         n = len(texts)
@@ -401,14 +401,7 @@ class RangeWindows:
         if self.has_ranges:
             o = self.outside
             outside = (o[0], o[1], {CATEGORIES[c]: int(o[2][c]) for c in np.flatnonzero(o[3])})
-        out = {
-            "ranges": ranges_frame(
-                [texts[i] for i in order],
-                {k: v[order] for k, v in stats.items()},
-                *self.own.columns(order, n),
-                outside,
-            )  # fmt: skip
-        }
+        out = {"range_names": pd.DataFrame({"range": [texts[i] for i in order]}, dtype=object)}  # as the report's
         group_of = np.array(self.group_of, dtype=np.int64)
         groups = self.groups.texts()
         ng = len(groups)

@@ -24,9 +24,9 @@ from profiler_kit.analyze.windows import analyze_windows, plan_edges
 from profiler_kit.build import TraceResult, analyze_source, build_report
 from profiler_kit.cli import cli
 from profiler_kit.output import render_report_files
-from tests.conftest import FIXTURES, ROOT, SHARED_DATA
+from tests.conftest import FIXTURES, ROOT, SHARED_DATA, shared_files
 
-SHARED = sorted((SHARED_DATA / "nsys_sqlite").glob("*.sqlite")) if (SHARED_DATA / "nsys_sqlite").is_dir() else []
+SHARED = shared_files("nsys_sqlite", "*.sqlite")  # ../shared/data, else the subset shipped in tests/data
 CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
 SMALLEST_GPU = "zx3xyy__assignment2-systems__result_2_7B_nvtx.sqlite"
 
@@ -45,7 +45,7 @@ def rendered(path: Path, rows: int) -> tuple[dict, dict, int]:
     whole = analyze_source(Source(path, "nsys-sqlite"), path.name)
     meta = windowed.meta | {"windows": windowed.windows}
     tables = {name: whole.tables[name] for name in windowed.tables}  # the in-memory ones, less what is left out
-    assert {"ranges", "range_groups", "range_group_kernels", "phases", "phase_kernels"} <= set(tables)
+    assert {"range_names", "range_groups", "range_group_kernels", "phases", "phase_kernels"} <= set(tables)
     out = []
     for t in (windowed.tables, tables):
         report = build_report([TraceResult(path.name, str(path), meta, t)])
