@@ -648,17 +648,9 @@ def _cpu_ops_with_shapes(path: Path, cpu_ops: list[dict]) -> pd.DataFrame | None
     events = [e for e in cpu_ops if e.get("ph") == "X" and "Input Dims" in _args(e)]
     if not events:
         return None
-    start, dur = _event_times(path, events, "cpu_op")
-    return pd.DataFrame(
-        {
-            "name": [str(e.get("name", "")) for e in events],
-            "start_ns": start,
-            "end_ns": start + dur,
-            "pid": _ints(e.get("pid") for e in events),
-            "tid": _ints(e.get("tid") for e in events),
-            "input_dims": [json.dumps(_args(e).get("Input Dims")) for e in events],
-            "input_types": [json.dumps(_args(e).get("Input type")) for e in events],
-            # scalar and list arguments as text ("[2, 2]" for a stride), torch >= 2.1: convolution output sizes
-            "concrete_inputs": [json.dumps(_args(e).get("Concrete Inputs")) for e in events],
-        }
+    return _cpu_op_ranges(path, events).assign(
+        input_dims=[json.dumps(_args(e).get("Input Dims")) for e in events],
+        input_types=[json.dumps(_args(e).get("Input type")) for e in events],
+        # scalar and list arguments as text ("[2, 2]" for a stride), torch >= 2.1: convolution output sizes
+        concrete_inputs=[json.dumps(_args(e).get("Concrete Inputs")) for e in events],
     )

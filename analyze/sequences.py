@@ -7,9 +7,9 @@ occurrences counted).
 
 Given the runtime calls and the CPU-side ranges (Kineto cpu ops, record_function and NVTX ranges), each
 sequence also names what launched it, as HTA's op stack does: ``launched_by`` is the innermost range open
-on the launching thread at each kernel's launch call, and ``op_stack`` the outer part of those stacks
-(range names, outermost first) that all kernels of the sequence share: the scope a fused kernel would
-replace. Both are the most common over up to SAMPLE_OCCURRENCES occurrences spread over the trace;
+on the launching thread at each kernel's launch call (named once when it is the same for all), and
+``op_stack`` the outer part of those stacks (range names, outermost first) that all kernels of the sequence
+share: the scope a fused kernel would replace. Both are the most common over up to SAMPLE_OCCURRENCES occurrences spread over the trace;
 ``op_stack_frac`` is the share of those with that stack. ProfilerStep#N ranges are left out (every step has its own number).
 """
 
@@ -23,7 +23,7 @@ import pandas as pd
 from profiler_kit.analyze.idle import in_order, stream_sort
 from profiler_kit.analyze.tables import one_value_view
 
-SEQUENCE_COLUMNS = ["length", "sequence", "occurrences", "total_ns", "share_frac", "kernels_ns_each"]
+SEQUENCE_COLUMNS = ["length", "sequence", "occurrences", "total_ns", "share_frac", "per_occurrence_ns"]
 LAUNCHER_COLUMNS = ["launched_by", "op_stack", "op_stack_frac"]
 SAMPLE_OCCURRENCES = 8
 STEP_RANGE = re.compile(r"^ProfilerStep#\d+$")
@@ -41,7 +41,7 @@ def kernel_sequences(
 
     ``ops`` is ``gpu_ops(trace)``; only kernels count, in start order per (pid, device, stream).
     ``sequence`` joins the kernel names with " -> "; ``share_frac`` is of all kernel time;
-    ``kernels_ns_each`` the mean time of one occurrence. With ``runtime`` (the trace's runtime calls) and
+    ``per_occurrence_ns`` the mean time of one occurrence. With ``runtime`` (the trace's runtime calls) and
     ``ranges`` (name, start_ns, end_ns, pid, tid: ``launch_ranges``), also LAUNCHER_COLUMNS (module docstring).
     """
     attribute = runtime is not None and ranges is not None
@@ -251,7 +251,8 @@ def _most_common(stacks: list, shape: tuple) -> tuple:
         per_kernel = stacks[o * shape[1] : (o + 1) * shape[1]]
         if any(s is None for s in per_kernel):
             continue
-        by[" -> ".join(s[-1] if s else NO_RANGE for s in per_kernel)] += 1
+        launchers = [s[-1] if s else NO_RANGE for s in per_kernel]
+        by[launchers[0] if len(set(launchers)) == 1 else " -> ".join(launchers)] += 1
         common = per_kernel[0]
         for s in per_kernel[1:]:
             common = common[: _shared_prefix(common, s)]

@@ -21,7 +21,7 @@ matches decides:
 
 To add a library's kernels, add a row (or an example to a row) with a real name; tests
 check every example is decided by its own row, and every name of the corpus
-tests/data/kernel_names/corpus.csv (2,577 real names: 1,295 from captures of many vendors and
+tests/data/kernel_names/corpus.csv (3,289 real names: 2,007 from captures of many vendors and
 generations, 1,282 from ROCm/aiter's kernel tables) lands in the category it was labelled with.
 """
 
@@ -52,9 +52,11 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # Writes into a paged KV cache are copies; before attention because vLLM calls them
     # reshape_and_cache_flash.
     ("memory", "kv_cache",
-     r"reshape and cache|concat and cache|\bcopy blocks|\bswap blocks|\bstore kv|\bset kv|\bwrite kv|\bkv cache (write|store|copy|append)|\bkv append",
+     r"reshape and cache|concat and cache|\bcopy blocks|\bswap blocks|\bstore kv|\bset kv|\bwrite kv|\bkv cache (write|store|copy|append)|\bkv append|\bbatch major kv cache",
      ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(long const*)",
-      "kv_append_t.kd")),
+      "kv_append_t.kd",
+      # FasterTransformer / RTP-LLM write the new K and V into the paged cache in batch-major layout
+      "void fastertransformer::transpose4dBatchMajorKVCache<__half, __half, fastertransformer::KVBlockArray>(__half const*, __half const*, fastertransformer::KVBlockArray, int, int, int, float const*, int const*, int const*)")),
     # FlashAttention 2 (flash_fwd_kernel) and 3 (cutlass::device_kernel<flash::FlashAttnFwdSm90>), cuDNN's
     # SDPA engines and their dO*O / dQ helpers, FlashInfer, xFormers fmha, aiter's asm fmha/mla/pa (the word pa is
     # paged attention), Gated DeltaNet (gdn_*, llama.cpp's gated_delta_net, FLA's *gated_delta_rule*: a
@@ -99,21 +101,25 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<float, float, float, 8, fbgemm_gpu::FixedDivisor>(int)")),
     ("optimizer", "multi_tensor", r"multi tensor apply|\bforeach\b|\badam|\blamb\b|\bsgd\b|\badagrad|\bmuon|\blion\b",
      ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>, BinaryOpListAlphaFunctor<float, 2, 2, 0>>",)),
-    ("softmax", "softmax", r"soft ?max",
+    # TensorFlow's softmax kernel is GenerateNormalizedProb (exp(x - max) / sum, the max and sum reduced before it).
+    ("softmax", "softmax", r"soft ?max|\bgenerate normalized prob",
      ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, Epilogue>(float*, float const*, int)",
+      "void tensorflow::(anonymous namespace)::GenerateNormalizedProb<float, float, 4>(float const*, float const*, float const*, float*, int, int, int)",
       "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>(float*, float const*, int, int, int, bool const*, int, bool)",
       "triton_per_fused__softmax_2")),
     # Apex and TransformerEngine name their LayerNorm kernels ln_fwd/ln_bwd in namespace layer_norm;
     # Inductor spells a decomposed RMSNorm mean_mul_pow_rsqrt and a LayerNorm var_mean_..._rsqrt.
     ("normalization", "norm",
-     r"layer ?norm|rms ?norm|batch ?norm|group ?norm|instance ?norm|\bbn (fw|bw|forward|backward)|welford|rowwise moments|\bln (fwd|bwd|parallel)|gamma beta|\bcu apply (layer|rms)|\bcu compute (part )?grad|\bnorm (fwd|bwd)|\bl 2 (norm|rows)|\bnormalization|\bnorm gated|\bgated norm|\bpow\b.*\brsqrt|\bvar mean\b.*\brsqrt|\bqk norm|^rms ?q?\b",
+     r"layer ?norm|rms ?norm|batch ?norm|group ?norm|instance ?norm|\bbn (fw|bw|forward|backward)|welford|rowwise moments|\bln (fwd|bwd|parallel)|gamma beta|\bcu apply (layer|rms)|\bcu compute (part )?grad|\bnorm (fwd|bwd)|\bl 2 (norm|rows)|\bnormalization|\bnorm gated|\bgated norm|\bpow\b.*\brsqrt|\bvar mean\b.*\brsqrt|\bqk norm|^rms ?q?\b|^normalize kernel\b",
      ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct, float const*)",
       "void layer_norm::ln_fwd_kernel<layer_norm::Kernel_traits<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, unsigned int, 7168u, 1u, 1u, 4u, 16u> >(layer_norm::FwdParams)",
       "void cuApplyLayerNorm<c10::BFloat16, float, c10::BFloat16>(c10::BFloat16*, float*, float*, c10::BFloat16 const*, int, int, float, c10::BFloat16 const*, c10::BFloat16 const*)",  # Apex
       "void transformer_engine::normalization::rmsnorm_fwd_tuned_kernel<transformer_engine::normalization::Kernel_traits<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, unsigned int, 4096u, 1u, 1u, 4u, 16u> >(transformer_engine::normalization::FwdParams)",
       "void flashinfer::norm::RMSNormKernel<(unsigned int)8, __half>(T2 *, T2 *, T2 *, unsigned int, unsigned int, unsigned int, float, float)",
       "MIOpenBatchNormFwdTrainSpatial",
-      "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0")),
+      "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0",
+      # darknet's batch norm: normalize_kernel is its (x - mean) / sqrt(var) step
+      "normalize_kernel(int, float*, float*, float*, int, int, int)")),
     # Compiler-generated kernels are named by their scheduler: Inductor triton_poi/red/per/tem,
     # nvFuser nvfuser_<scheduler>. They come after attention/softmax/norm (a triton_per_..._softmax
     # is a softmax) and before convolution: triton_poi_fused_convolution_0 is the bias epilogue,
@@ -130,20 +136,22 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     ("memory", "generated_layout", r"^nvfuser (transpose|resize)\b", ("nvfuser_transpose_f0_c1_r0_g0",)),
     # cuDNN v8/v9 and MIOpen convolution engines; "convert" is no convolution.
     ("gemm", "convolution",
-     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask (cudnn|trt)|scudnn|\b[hi] \d+ cudnn\b|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
+     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask( \d+ x)? (cudnn|trt)|scudnn|\b[hi] \d+ cudnn\b|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
      ("void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int, int)",
       "sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel_cudnn",
       "cudnn_infer_volta_scudnn_128x128_relu_medium_nn_v1",
       "trt_ampere_h16816cudnn_64x64_sliced1x2_ldg8_relu_exp_stages_64x5_small_nhwc_linkable_tn_v1",  # TensorRT, fp16 conv
       "void cask_trt::computeOffsetsKernel<(bool)0, (bool)0>(cask_trt::ComputeOffsetsParams)",  # TensorRT conv's index precompute
+      "void cask__5x_cudnn::computeOffsetsKernel<(bool)0, (bool)0>(cask__5x_cudnn::ComputeOffsetsParams)",  # cuDNN 9's copy
       "naive_conv_fwd_nchw_float_double_float",
       "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt256x128x32_wt32x32x8_ws2x1_wr2x2_ta1x8x4x1_1x4x1x64_tb1x8x2x1_1x4x1x64",
       # cuDNN's FFT convolution algorithm: forward/inverse transforms around a pointwise product (P100 nvprof)
       "void fft2d_r2c_32x32<__half, bool=0, unsigned int=1, bool=1>(float2*, __half const *, int, int, int, int, int, int, int, int, int, cudnn::reduced_divisor, bool, int2, int, int)")),
     # Pooling before the vendor GEMM row: TensorRT names its pooling kernels sm50_xmma_pooling_*.
-    ("reduction", "pooling", r"\bpool",
+    ("reduction", "pooling", r"\bpool|\b(max|avg)pool",
      ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int, float const*, int, int, int, int, int, int, int, int, int, int, int, int, int, int, float*, long*)",
-      "sm50_xmma_pooling_coalescedC_NHWC_kMAX_2_False_execute_kernel_trt")),  # TensorRT: xmma says GEMM, pooling says what it does
+      "sm50_xmma_pooling_coalescedC_NHWC_kMAX_2_False_execute_kernel_trt",
+      "forward_maxpool_layer_kernel(int, int, int, int, int, int, int, float*, float*, int*)")),  # darknet  # TensorRT: xmma says GEMM, pooling says what it does
     # Vendor GEMM libraries: cuBLAS (sm80/sm90 xmma, nvjet, ampere_*gemm, gemv2T), cuBLASLt (bmm_* on
     # sm100, splitKreduce), CUTLASS 2/3 (cutlass_80_tensorop_*, cutlass3x_*, device_kernel<GemmKernel>),
     # AMD Tensile/hipBLASLt (Cijk_*: its tuning token ONLL1 is no "nll"), rocBLAS, Composable Kernel
@@ -175,30 +183,41 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void cuda::swiglu_and_per_channel_cast_and_transpose<256, 128, false>(void const*, unsigned char*, float*, int, int, float, __nv_fp8_interpretation_t)")),
     # Sorts, scans and selections; rocPRIM/CUB partition (stream compaction, behind nonzero/unique) too.
     ("reduction", "topk_sort",
-     r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep|\bpartition",
-     ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float, unsigned int>)",)),
+     r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep|\bpartition|\btop ?p\b|\btopp\b|\bcu seq lens",
+     ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float, unsigned int>)",
+      # top-p sampling (FasterTransformer) sorts and selects; cu_seqlens is a prefix sum of the sequence lengths
+      "fastertransformer::topPInitialize(int*, int*, int*, int, int)",
+      "fastertransformer::getCuSeqLensKernel(int*, int const*, int const*, int)")),
     # Copies, fills, gathers and layout changes. ATen's pointwise launchers are named by their functor
     # (subject 1), so a copy or FillFunctor launch lands here and an AddFunctor launch does not. "fill"
     # counts only as the first word: masked_fill reads a mask and an input, it is pointwise.
     ("memory", "copy_layout",
-     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|\bset to value\b|\bstitch\b|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b",
+     r"\bcopy|memcpy|memset|\bcat array|\bconcat|\bindex|\bindices\b|gather|scatter|transpose|\bpermute|^fill\b|\bfill buffer|\bcpy\b|\bpad\b|im 2 col|col 2 im|\b(nchw|nhwc) (to|2)\b|\bto (nchw|nhwc)\b|\bswap dimension|\bset to value\b|\bstitch\b|contiguous|unfold|\broll\b|\bflip\b|\brepeat|\btake\b|\bset tensor|\bstrided|\blayout|\bshuffle|\bbroadcast copy|\breshape|\bsplit (kernel|cat)|\bsplit ?3\b|\bcopy rows|\bget rows|\bset rows|\bslice|\bpack\b|\bunpack\b|^cupy fill\b|\bghost extractor|\blookup\b",
      ("void at::native::elementwise_kernel<128, 2, gpu_kernel_impl_nocast<direct_copy_kernel_cuda(TensorIteratorBase&)>>(int)",
       "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
       "__amd_rocclr_fillBufferAligned.kd",
       "void tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>(unsigned int const *, tensorflow::functor::Dimension<int=3>, tensorflow::functor::SwapDimension1And2InTensor3UsingTiles<unsigned int, int=256, int=32, int=32, bool=0>*)",  # TF's transpose
-      "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)")),
+      "void at::native::(anonymous namespace)::write_indices<long>(long*, at::native::(anonymous namespace)::TensorDims<long>, int, long, long*, long)",
+      "cupy_fill",
+      "void fastertransformer::lookupHiddenStateOfLastToken<__half>(__half*, __half const*, int const*, int, int, int)",  # a gather  # CuPy's fill kernel (its ufuncs are pointwise, below)
+      # QUDA launches every kernel through Kernel1D/2D/3D<Functor, Arg>: the functor names it, mangled (S_ is
+      # quda:: named again) or not; GhostExtractor packs a lattice's halo faces into a send buffer
+      "_ZN4quda8Kernel3DINS_10CopyGauge_ENS_12CopyGaugeArgIddLi18ELb0ENS_5gauge11FloatNOrderIdLi18ELi2ELi12EL20QudaStaggeredPhase_s0ELb1EL19QudaGhostExchange_sn2147483648ELb0EEENS3_8QDPOrderIdLi18EEEEELb0EEENSt9enable_ifIXclsr6deviceE14use_kernel_argIT0_EEEvE4typeESC_",
+      "std::enable_if<device::use_kernel_arg<T2>(), void>::type quda::Kernel3D<quda::GhostExtractor, quda::ExtractGhostArg<double, (int)3, quda::gauge::FloatNOrder<double, (int)18, (int)2, (int)12, (QudaStaggeredPhase_s)0, (bool)1, (QudaGhostExchange_s)-2147483648, (bool)0>, (bool)1>, (bool)0>(T2)")),
     ("reduction", "reduce",
-     r"reduc|\bdot\b|\bunsorted segment|\bsegment (sum|reduc)|\bbias grad|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
+     r"reduc|\bdot\b|\bunsorted segment|\bcleanup segments|\bsegment (sum|reduc)|\bbias grad|\bcub\b|\bnorm kernel|\bnll\b|criterion|cross entropy|\bloss|\b(sum|mean|amax|max|min|prod|std|var)\b.*\b(kernel|op|ops|functor)\b|\bsum\b|\bamax|\bdevice (reduce|segmented)|\bsample|\bsampling|\bbatch norm collect",
      ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>>(T3)",
       "void dot_kernel<double>(double const *, double const *, double*, unsigned int)",  # BabelStream's dot product
-      "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)")),
+      "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)",
+      # TF's segment sum finishes the segments a block straddled; its namespace says "functor", its name says sum
+      "void tensorflow::functor::CleanupSegments<float*, float*, cub::Sum>(float*, float*, int, int, int, cub::Sum, std::integral_constant<bool, false>)")),
     # Anything under ATen's pointwise launchers lands here once its functor said nothing more
     # specific; MIOpen's tensor ops (Op2dTensorGeneric, SubTensorOpWithScalar1d) are pointwise too.
     # Arithmetic spelled out (subtract_kernel, array_divide) is pointwise; "matrix multiply" was
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activation|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\bcast|quant|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activat(e|ion)|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bpenalty|\bvectorized|\btri[ul]\b|\btransform\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
@@ -215,7 +234,16 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "void RNN_bidirectional_accum_bp1_1<__half, __half, float>(__half*, __half*, __half*, int)",
       "void at::native::triu_tril_kernel<bool, int, false, 8, false>(at::cuda::detail::TensorInfo<bool, int>, at::cuda::detail::TensorInfo<bool const, int>, long, long, int)",
       "void rocprim::ROCPRIM_400200_NS::detail::trampoline_kernel<rocprim::ROCPRIM_400200_NS::detail::wrapped_transform_config<rocprim::ROCPRIM_400200_NS::default_config, unsigned long, true>, (rocprim::ROCPRIM_400200_NS::detail::target_arch)950, rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1}, rocprim::ROCPRIM_400200_NS::detail::default_config_selector>(rocprim::ROCPRIM_400200_NS::detail::transform_impl<true, rocprim::ROCPRIM_400200_NS::default_config, unsigned long*, int*, rocprim::ROCPRIM_400200_NS::identity<void> >(unsigned long*, int*, unsigned long, rocprim::ROCPRIM_400200_NS::identity<void>, ihipStream_t*, bool)::{lambda(auto:1)#1})",
-      "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)")),
+      "void cuda::per_token_cast_back_special_fmt_impl<3>(void const*, void*, float const*, long, long)",
+      # TorchScript's fuser names a fused dtype cast fused__autocast_to__<hash>
+      "fused__autocast_to__12152488584593855096",
+      # random number generators: cuRAND's (no namespace) and rocRAND's (its namespace speaks)
+      "void gen_sequenced<curandStateXORWOW, double2, normal_args_double_st, &curand_normal_scaled2_double<curandStateXORWOW>, rng_config<curandStateXORWOW, (curandOrdering)101>>(T1 *, T2 *, unsigned long, unsigned long, T3)",
+      "rocrand_host::detail::init_engines_kernel(rocrand_device::xorwow_engine*, unsigned int, unsigned long long, unsigned long long)",
+      "cupy_absolute__complex128_float64",
+      "void fastertransformer::batchApplyTemperaturePenalty<float>(float*, float const*, float const*, int, int, int)",  # scales logits  # CuPy names an elementwise ufunc kernel cupy_<ufunc>__<dtypes>
+      # Upsampling interpolates each output from a few neighbouring inputs (a weighted sum, like lerp): pointwise
+      "void at::native::(anonymous namespace)::upsample_linear1d_out_frame<float, float>(int, T2, bool, at::GenericPackedTensorAccessor<const T1, (unsigned long)3, at::DefaultPtrTraits, long>, at::GenericPackedTensorAccessor<T1, (unsigned long)3, at::DefaultPtrTraits, long>)")),
 )  # fmt: skip
 
 OTHER = ("other", "other")
@@ -249,12 +277,16 @@ _WRAPPERS = frozenset(
         "gpu_kernel_impl",
         "gpu_kernel_impl_nocast",
         "trampoline_kernel",  # rocPRIM device algorithms: trampoline_kernel<wrapped_reduce_config<...>, ...>
+        "Kernel1D",  # QUDA (lattice QCD): quda::Kernel3D<quda::CopyGauge_, ...> is named by its functor
+        "Kernel2D",
+        "Kernel3D",
     }
 )
 _SCALAR_TYPES = frozenset(
     "void bool char short int long unsigned signed float double half bfloat16 float16 __half __nv_bfloat16 "
     "BFloat16 Half c10 true false const".split()
 )
+_SUBSTITUTION = re.compile(r"S[0-9A-Z]*_")
 _CLONE = re.compile(r"\s*\[clone [^\]]*\]\s*$|\.kd$")
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
 _NON_WORD = re.compile(r"[^A-Za-z0-9]+")
@@ -327,6 +359,8 @@ def _source_names(s: str, i: int, nested: bool) -> tuple[list[str], int]:
                 break
         elif s[i] in "KVrL" or s.startswith("St", i):
             i += 2 if s.startswith("St", i) else 1
+        elif m := _SUBSTITUTION.match(s, i):  # S_, S0_: a prefix named earlier (QUDA's quda:: in its arguments)
+            i = m.end()
         else:
             break
     return parts, i

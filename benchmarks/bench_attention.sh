@@ -17,12 +17,24 @@
 #
 #     OUT=... bash benchmarks/bench_attention.sh sweep     # 112 rows; sweep.jsonl and sweep.md
 #     OUT=... bash benchmarks/bench_attention.sh quick     # d 64 and 128, seq 4096 and 16384, bf16: quick.jsonl/.md
+#
+# The head-dim-128 Gluon kernels, every config of each, against SDPA and the Triton kernels (attention_gluon_screen.py:
+# each config first probed in its own process, then seq 4096-65536, causal and not; about 2 minutes on an H100):
+#
+#     OUT=... bash benchmarks/bench_attention.sh screen    # screen_d128.jsonl, screen_d128.md, best.json
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/attention}
 mkdir -p "$OUT"
 # workloads/ installs as profiler_kit.workloads (setup.cfg); install the checkout once where it is not yet
 python3 -c 'import profiler_kit.workloads' 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e .
 case "${1:-}" in
+  screen)
+    S="python3 benchmarks/attention_gluon_screen.py"
+    $S --probe "$OUT/probed.json" || exit
+    $S --seq 4096 16384 65536 --probed "$OUT/probed.json" --out "$OUT/screen_d128.jsonl" --best "$OUT/best.json" |
+      tee "$OUT/screen_d128.md"
+    exit "${PIPESTATUS[0]}"
+    ;;
   sweep | quick)
     FLAG=$([ "$1" = quick ] && echo --quick || echo --sweep)
     rm -f "$OUT/$1.jsonl"

@@ -29,8 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+from provenance import provenance, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data" / "kineto"
@@ -123,12 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "trace": trace.name,
         "trace_bytes": trace.stat().st_size,
         "repeat": args.repeat,
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip(),
-        "load_average": os.getloadavg(),
-        "cpus": os.cpu_count(),
+        **provenance(),
         "median": med,
         "ratio_cpu": {k: med["hta"]["cpu_s"] / med[k]["cpu_s"] for k in ("ours_report", "ours_analyses")},
         "ratio_wall": {k: med["hta"]["wall_s"] / med[k]["wall_s"] for k in ("ours_report", "ours_analyses")},
@@ -145,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     print("  HTA phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in hta_out["phases"].items()))
     print(f"  temporal compute time equal on both sides: {result['same_compute_ns']}")
     print(f"  load average {result['load_average'][0]:.1f} on {result['cpus']} CPUs")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.json, result)
     return 0
 
 

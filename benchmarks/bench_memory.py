@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from provenance import provenance, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -158,12 +159,11 @@ def main() -> int:
         "total_allocated": torch_["segsum_total_allocated"] == repr(Bytes(ours["allocated_at_dump_requested_bytes"])),
     }
     summary = {
-        "command": "python benchmarks/bench_memory.py " + " ".join(sys.argv[1:]),
+        **provenance(),
         "source": args.source.name,
         "events": ours["events"],
         "pickle_mib": round(file_mib, 1),
         "build_s": round(build_s, 2),
-        "machine": f"{platform.machine()} {platform.processor() or ''} python {platform.python_version()}".strip(),
         "ours": ours,
         "torch_memory_viz": torch_,
         "ratio_torch_trace_over_ours": (torch_["load_plus_segsum_plus_trace_s"] or float("nan"))
@@ -193,9 +193,7 @@ def main() -> int:
         f"ratio torch (load+segsum+trace) / ours (parse+analyze): {summary['ratio_torch_trace_over_ours']:.2f};"
         f" totals agree with segsum: {agree}"
     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(args.json, summary)
     return 0
 
 

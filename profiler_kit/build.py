@@ -204,7 +204,8 @@ def trace_section(res: TraceResult, top: int) -> Section:
         sec.sections.append(ranks_section(res))
     if "memory_counters" in t:
         sec.sections.append(memory_counters_section(res))
-    sec.text[1:1], sec.sections[:0] = findings_text(t), [findings_section(res.label, t)] if "findings" in t else []
+    why = findings_section(res.label, t) if "findings" in t else None
+    sec.text[1:1], sec.sections[:0] = findings_text(t), [why] if why is not None and why.tables else []
     return sec
 
 

@@ -1,7 +1,7 @@
 """Distributed results -> Report: all-reduce bandwidth, DDP step times, cross-rank trace analyses.
 
-Inputs live in one folder (what ``reports/ddp/run_gpu.sh`` and ``run_gloo.sh``
-leave): ``allreduce_*.jsonl`` (workloads.distributed), ``ddp_*.jsonl`` and
+Inputs live in one folder (what ``benchmarks/bench_ddp.sh``
+leaves): ``allreduce_*.jsonl`` (workloads.distributed), ``ddp_*.jsonl`` and
 ``ddp.jsonl`` (workloads.ddp_train timings; record_ddp writes the latter) and per-rank traces ``<label>_rank<r>.json.gz``
 in any subfolder; multi-rank nsys exports (``*.sqlite``, one process per rank)
 are analysed too, each as one variant named after the file.
@@ -104,6 +104,12 @@ def _ddp_findings(steps: pd.DataFrame) -> list[str]:
     return text
 
 
+def _with_ranks(df: pd.DataFrame, name: str, into: str) -> pd.DataFrame:
+    """``df`` with a column ``into``: ``name`` and the world size ("nccl n=8"), one series or bar for each, since
+    a backend or variant runs at several sizes."""
+    return df.assign(**{into: df[name] + " n=" + df["world_size"].astype(str)})
+
+
 def build_ddp_report(inputs: DdpInputs) -> Report:
     """The distributed report: one section per kind of input present."""
     rep = Report(title="Distributed training: collectives, DDP variants, cross-rank time")
@@ -120,7 +126,7 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
             figures=[
                 Figure(
                     "Bus bandwidth by size",
-                    t.assign(series=t["backend"] + " n=" + t["world_size"].astype(str)),
+                    _with_ranks(t, "backend", "series"),
                     kind="line",
                     x="size_bytes",
                     y="busbw_gb_per_s",
@@ -156,15 +162,7 @@ def build_ddp_report(inputs: DdpInputs) -> Report:
                 *_ddp_findings(s),
             ],
             tables=[Table("Step time per variant", s)],
-            figures=[
-                Figure(
-                    "Median step time",
-                    s.assign(x=s["label"] + " n=" + s["world_size"].astype(str)),
-                    kind="bar",
-                    x="x",
-                    y="step_ns",
-                )
-            ],
+            figures=[Figure("Median step time", _with_ranks(s, "label", "variant"), "bar", "variant", "step_ns")],
         )
         scaling = ddp_scaling(s)
         if not scaling.empty:

@@ -116,6 +116,12 @@ def _by_size(df: pd.DataFrame, top: int) -> pd.DataFrame:
     return df.loc[order].head(top)
 
 
+def _top(rows: pd.DataFrame, top: int, title: str, key: str, unit: str = "ns", note: str = "") -> Table:
+    """The ``top`` rows of largest |delta|; ``title`` says how many with ``{n}``."""
+    shown = _by_size(rows, top)
+    return Table(title.format(n=len(shown)), _view(shown, unit), key=key, note=note)
+
+
 NOISE_TEXT = (
     f"Noise: where both sides have two or more instances of a value (steps, phase instances, or several "
     f"files a side), change_frac is the relative change of the mean per instance and ci_low/ci_high its 95% "
@@ -240,19 +246,9 @@ def build_diff_report(
         rep.sections.append(sec)
     ranges = _scope(compared, "range")
     if len(ranges):
-        rep.sections.append(
-            Section(
-                "NVTX ranges",
-                tables=[
-                    Table(
-                        f"Top {min(top, len(ranges))} ranges by |delta| of their kernel time",
-                        _view(_by_size(ranges, top), "ns"),
-                        key="ranges",
-                        note="Range names grouped as the report's range groups (emit_nvtx suffixes dropped).",
-                    )
-                ],
-            )
-        )
+        note = "Range names grouped as the report's range groups (emit_nvtx suffixes dropped)."
+        table = _top(ranges, top, "Top {n} ranges by |delta| of their kernel time", "ranges", note=note)
+        rep.sections.append(Section("NVTX ranges", tables=[table]))
     ops = _scope(compared, "op")
     if len(ops):
         rep.sections.append(
@@ -262,7 +258,7 @@ def build_diff_report(
                     "GPU time of the kernels each op (name and input shapes, Kineto cpu_op) launched: the level at "
                     "which runs compare when their kernels do not match. Nested ops each count their kernels."
                 ],
-                tables=[Table(f"Top {min(top, len(ops))} ops by |delta|", _view(_by_size(ops, top), "ns"), key="ops")],
+                tables=[_top(ops, top, "Top {n} ops by |delta|", "ops")],
             )
         )
     memory = _scope(compared, "memory", "memory_category", "memory_line")
@@ -276,14 +272,8 @@ def build_diff_report(
                 key="memory_categories",
             )
         )
-        lines = _scope(memory, "memory_line")
-        sec.tables.append(
-            Table(
-                f"Live at the allocated peak by source line (top {min(top, len(lines))} by |delta|)",
-                _view(_by_size(lines, top), "bytes"),
-                key="memory_lines",
-            )
-        )
+        title = "Live at the allocated peak by source line (top {n} by |delta|)"
+        sec.tables.append(_top(_scope(memory, "memory_line"), top, title, "memory_lines", unit="bytes"))
         rep.sections.append(sec)
     if everything:
         rep.sections.append(Section("All values", tables=[Table("All compared values", compared, key="all")]))
@@ -328,9 +318,10 @@ def _kernel_section(kernels: pd.DataFrame, top: int) -> Section:
     )
     for status, title in (("new", "only in NEW"), ("removed", "only in BASE")):
         rows = kernels[kernels["status"] == status]
-        rows = rows.reindex(rows["delta"].abs().sort_values(ascending=False).index)
         sec.tables.append(
-            Table(f"Kernels {title} ({len(rows)})", _view(rows.head(top), "ns", frac=False), key=f"kernels_{status}")
+            Table(
+                f"Kernels {title} ({len(rows)})", _view(_by_size(rows, top), "ns", frac=False), key=f"kernels_{status}"
+            )
         )
     return sec
 

@@ -302,9 +302,10 @@ NOTES = {
     "queue": "Ops launched and not yet started per stream (HTA queue length); full = time at >= 1024 queued ops, "
     "when the host's next launch blocks.",
     "sequences": "Runs of consecutive kernels on one stream that repeat most, by total GPU time: fusion candidates. "
-    "launched_by: the innermost op or range open at each kernel's launch; op_stack: the outer part of the op "
-    "stacks at the launches that all kernels of the sequence share, outermost first, '-' when none (most common "
-    "over up to 8 occurrences; op_stack_frac: their share).",
+    "launched by: the innermost op or range open at each kernel's launch (named once when the same for all); op "
+    "stack: the outer part of the op stacks at the launches that all kernels of the sequence share, outermost "
+    "first; '-': outside every op and range; both the most common over up to 8 occurrences, op stack (%) their "
+    "share; empty where the launches are not in the trace.",
     "collectives": "Processes of this trace as ranks: the k-th collective of a name on each rank is one instance; "
     "skew = last arrival - first; wait = time ranks spent in the kernel before the last one arrived.",
     "bandwidth": "NCCL's bus bandwidth (nccl-tests busBw): message bytes / time x the collective's factor "
@@ -341,15 +342,30 @@ TITLES = {
 }
 
 
+def _numbered(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The last of ``keys`` with " 1", " 2", ... where the same keys repeat (rows in time order); unique ones as they are."""
+    group = df.groupby(keys, sort=False, observed=True)
+    count, nth = group[keys[-1]].transform("size").to_numpy(), group.cumcount().to_numpy() + 1
+    return [f"{v} {i}" if c > 1 else str(v) for v, c, i in zip(df[keys[-1]], count, nth, strict=True)]
+
+
+# tables that measured nothing when this column is all zero (a trace without GPU ops has no idle gaps)
+NOTHING_WHEN_ZERO = {"idle_classes": "gaps"}
+
+
 def findings_section(label: str, tables: dict[str, pd.DataFrame]) -> Section:
-    """The tables behind the findings, each keyed for CSV/JSON output."""
+    """The tables behind the findings that measured something, each keyed for CSV/JSON output."""
     sec = Section("Why is it slow")
     for name in DIAGNOSIS_TABLES:
         df = tables.get(name)
+        if name in NOTHING_WHEN_ZERO and df is not None and not df[NOTHING_WHEN_ZERO[name]].any():
+            continue
         if df is not None and len(df):
             if name == "sequences":  # kernel names shortened for reading; the full ones stay in the table data
                 df = df.assign(
                     sequence=[" -> ".join(compact_name(k, 40) for k in s.split(" -> ")) for s in df["sequence"]]
                 )
+            if name == "temporal_steps":  # NVTX "step" ranges share one name: number them, in time order
+                df = df.assign(step=_numbered(df, ["pid", "device_id", "step"]))
             sec.tables.append(Table(TITLES[name], df, note=NOTES[name], key=f"{label}_{name}"))
     return sec

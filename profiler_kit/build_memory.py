@@ -233,13 +233,15 @@ def _largest(live: pd.DataFrame, top: int, first_ns: int) -> pd.DataFrame:
 
 def _live_tables(live: pd.DataFrame, where: str, key: str, top: int, first_ns: int = -1) -> list[Table]:
     """The four views of what is live at one moment: by category, by source line, by size, largest."""
+    by_size = summarize_live_by(live, "size_bytes", top).rename(columns={"size_bytes": "block_bytes"})
+    folded = len(by_size) > top  # the rest of the sizes summed in one last row
     return [
         Table(f"Live {where} by category", summarize_live_by(live, ["category", "rule"]), key=f"{key}_by_category",
               note="Category from the allocation's call stack by the rules in 'Category rules'."),
         Table(f"Live {where} by source line", summarize_live_by(live, "top_frame", top), key=f"{key}_by_frame",
               note="First user-code frame of the allocation; (autograd) X = allocated by the backward node X."),
-        Table(f"Live {where} by size", summarize_live_by(live, "size_bytes", top).rename(columns={"size_bytes": "block_bytes"}),
-              key=f"{key}_by_size", note="A row with a blank size sums all smaller groups."),
+        Table(f"Live {where} by size", by_size, key=f"{key}_by_size",
+              note=f"The last row, without a size, sums the sizes after the first {top} by total." if folded else ""),
         Table(f"Largest {top} allocations live {where}", _largest(live, top, first_ns), key=f"{key}_largest"),
     ]  # fmt: skip
 

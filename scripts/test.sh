@@ -19,7 +19,13 @@ fi
 # torch pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build);
 # triton for the FlashAttention kernels under TRITON_INTERPRET=1; nvtx 0.2.8 is the
 # newest release whose ranges nsys 2022.4 records.
-python3 -m pip install -q torch==2.13.0 triton==3.6.0 nvtx==0.2.8
-python3 -m pip install -q -e ".[test]"
+# A Python that refuses pip outside a virtual environment (Debian 12's own, PEP 668) gets one in .venv.
+PY=python3
+if python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+  python3 -m venv .venv 2>/dev/null || { $SUDO apt-get install -y -q python3-venv >/dev/null && python3 -m venv .venv; }
+  PY=.venv/bin/python
+fi
+$PY -m pip install -q torch==2.13.0 triton==3.6.0 nvtx==0.2.8
+$PY -m pip install -q -e ".[test]"
 
-python3 -m pytest -q -p no:cacheprovider "$@"
+$PY -m pytest -q -p no:cacheprovider "$@"

@@ -38,10 +38,11 @@ from profiler_kit.analyze.intervals import union_length
 from profiler_kit.analyze.kineto import read_kineto
 from profiler_kit.analyze.launches import launch_phases, launch_table, queue_length, summarize_launches
 from profiler_kit.analyze.sequences import kernel_sequences
-from profiler_kit.analyze.tables import KERNELS, MEMOPS, NVTX_RANGES, RUNTIME, Trace, validate
+from profiler_kit.analyze.tables import KERNELS, MEMOPS, NVTX_RANGES, RUNTIME, Trace
 
 from profiler_kit.build_findings import diagnose, findings_text
 from tests.conftest import FIXTURES, SHARED_DATA, shared_params
+from tests.hand_tables import hand_table
 
 GEMM, NCCL = "ampere_sgemm_128x64_tn", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 OPS = [  # name, stream, start, end, launch start, launch end, correlation id
@@ -53,15 +54,6 @@ OPS = [  # name, stream, start, end, launch start, launch end, correlation id
     (GEMM, 7, 800, 803, 790, 800, 7),
 ]
 COPY = ("[CUDA memcpy Host-to-Device]", 9, 500, 600, 450, 460, 5)
-
-
-def _frame(rows: list[dict], schema: dict) -> pd.DataFrame:
-    df = pd.DataFrame(rows)
-    df["duration_ns"] = df["end_ns"] - df["start_ns"]
-    for col in schema:
-        if col not in df:
-            df[col] = "" if schema[col] == "category" else -1
-    return validate(df, schema)
 
 
 def hand_trace(steps: bool = True) -> Trace:
@@ -91,10 +83,10 @@ def hand_trace(steps: bool = True) -> Trace:
         for name, s, e in (ranges if steps else [])
     ]
     return Trace(
-        kernels=_frame(kern, KERNELS),
-        memops=_frame(memops, MEMOPS),
-        runtime=_frame(runtime, RUNTIME),
-        nvtx=_frame(nvtx, NVTX_RANGES) if nvtx else Trace().nvtx,
+        kernels=hand_table(kern, KERNELS),
+        memops=hand_table(memops, MEMOPS),
+        runtime=hand_table(runtime, RUNTIME),
+        nvtx=hand_table(nvtx, NVTX_RANGES) if nvtx else Trace().nvtx,
     )
 
 

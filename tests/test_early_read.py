@@ -107,7 +107,7 @@ def test_early_read_gives_the_tables_of_the_normal_read(path):
     assert result["early"] == expected  # every activity table of these exports is the plain case
     assert result["fallbacks"] == []  # the child read them all
     assert result["alive"] == []
-    assert _shm() == before
+    assert not _shm() - before  # nothing left behind (what other processes remove meanwhile does not count)
 
 
 @pytest.mark.parametrize("path", WITH_KERNELS[:2] or NO_SHARED)
@@ -167,7 +167,7 @@ def test_bad_export_is_the_readers_one_error_line(path, spoil, tmp_path):
     assert early.stderr == plain.stderr
     assert early.stderr.startswith("Error: ") and early.stderr.count("\n") == 1, early.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.sqlite"]  # no output, no cache folder
-    assert _shm() == before
+    assert not _shm() - before  # nothing left behind (what other processes remove meanwhile does not count)
 
 
 @pytest.mark.parametrize("path", WITH_KERNELS[-1:] or NO_SHARED)

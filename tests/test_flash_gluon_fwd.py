@@ -10,32 +10,17 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
+
+from tests.gluon_helpers import gluon_available, ptxas_spills, sm90
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
 
 
-def _gluon_available() -> bool:
-    try:
-        import triton.experimental.gluon.language  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _sm90() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-
-
-@pytest.mark.skipif(not _gluon_available(), reason="triton without Gluon")
-@pytest.mark.parametrize("config", ["n128", "n64_overlap"])
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+@pytest.mark.parametrize("config", ["n128", "n128_pingpong", "n128_s3_pingpong"])
 def test_compiles_for_sm90_without_spills(tmp_path, config):
-    import triton
     from profiler_kit.workloads import flash_gluon_fwd as g
 
     compiled = g.compile_sm90(config, n=1024, d=128, is_causal=True)
@@ -43,20 +28,11 @@ def test_compiles_for_sm90_without_spills(tmp_path, config):
     regs = {int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
     assert 24 in regs and 240 in regs, regs  # the load warp gives registers to the consumers
     assert compiled.metadata.shared < 227 * 1024, compiled.metadata.shared
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    if not ptxas.exists():
-        pytest.skip("ptxas not shipped with this triton")
-    (tmp_path / "k.ptx").write_text(ptx)
-    out = subprocess.run(
-        [ptxas, "-arch=sm_90a", "-v", tmp_path / "k.ptx", "-o", tmp_path / "k.cubin"], capture_output=True, text=True
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", out.stderr)]
-    assert spills and max(spills) == 0, out.stderr[-2000:]
-    assert "C7512" not in out.stderr and "C7515" not in out.stderr, out.stderr[-2000:]  # wgmma not serialized
+    spills, log = ptxas_spills(ptx, tmp_path)
+    assert spills and max(spills) == 0, log
 
 
-@pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
 @pytest.mark.parametrize(("d", "causal", "dtype", "kv_heads"), [(128, True, "bfloat16", 4), (128, False, "float16", 2),
                                                                 (64, True, "bfloat16", 4), (64, False, "bfloat16", 1)])  # fmt: skip
 def test_matches_fp32_attention_within_sdpa_error(d, causal, dtype, kv_heads):

@@ -9,31 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
+
+from tests.gluon_helpers import gluon_available, ptxas_spills, sm90
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
 
 
-def _gluon_available() -> bool:
-    try:
-        import triton.experimental.gluon.language  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _sm90() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-
-
-@pytest.mark.skipif(not _gluon_available(), reason="triton without Gluon")
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
 def test_compiles_for_sm90_without_loop_spills(tmp_path):
-    import triton
     from profiler_kit.workloads import flash_gluon_ws as ws
 
     compiled = ws.compile_sm90(ws.DEFAULT, n=1024)
@@ -41,20 +26,11 @@ def test_compiles_for_sm90_without_loop_spills(tmp_path):
     regs = {int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
     assert 24 in regs and max(regs) >= 192, regs  # the load warp gives registers to the consumers
     assert compiled.metadata.shared < 227 * 1024, compiled.metadata.shared
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    if not ptxas.exists():
-        pytest.skip("ptxas not shipped with this triton")
-    (tmp_path / "k.ptx").write_text(ptx)
-    out = subprocess.run(
-        [ptxas, "-arch=sm_90a", "-v", tmp_path / "k.ptx", "-o", tmp_path / "k.cubin"], capture_output=True, text=True
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", out.stderr)]
-    assert spills and max(spills) <= 16, out.stderr[-2000:]  # at most a word around the register reallocation
-    assert "C7512" not in out.stderr and "C7515" not in out.stderr, out.stderr[-2000:]  # wgmma not serialized
+    spills, log = ptxas_spills(ptx, tmp_path)
+    assert spills and max(spills) <= 16, log  # at most a word around the register reallocation
 
 
-@pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
 @pytest.mark.parametrize(
     ("n", "causal", "dtype", "heads"),
     [(128, True, "bfloat16", 2), (1024, True, "bfloat16", 3), (1024, False, "float16", 2), (2048, True, "bfloat16", 8)],
@@ -79,7 +55,7 @@ def test_matches_tma_backward(n, causal, dtype, heads):
             assert ((dq.float() - want[0].float()).norm() / want[0].float().norm()).item() < 1e-4, config
 
 
-@pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
 def test_the_default_backward_of_16_bit_inputs_is_the_warp_specialized_one():
     import torch
     from profiler_kit.workloads import flash_triton as ft
@@ -96,7 +72,7 @@ def test_the_default_backward_of_16_bit_inputs_is_the_warp_specialized_one():
         ft.GLUON_WS_TRITON = kept
 
 
-@pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
 def test_unsupported_lengths_fall_back_to_tma():
     import torch
     from profiler_kit.workloads.flash_triton import backward_kernels, forward_kernels
@@ -109,7 +85,7 @@ def test_unsupported_lengths_fall_back_to_tma():
         assert torch.equal(g, w)
 
 
-@pytest.mark.skipif(not _gluon_available() or not _sm90(), reason="needs a CUDA sm_90 GPU")
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
 def test_the_default_backward_under_torch_compile():
     """fullgraph compile through the custom ops: the same gradients as eager, both through the warp-specialized kernel."""
     import torch

@@ -57,6 +57,12 @@ def nsys_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("nsys")
 
 
+@pytest.fixture
+def export(path: Path, nsys_dir: Path) -> Path:
+    """The test's SQLite export: ``path`` itself, or the export of a .nsys-rep (as_export)."""
+    return as_export(path, nsys_dir)
+
+
 def ref_of(path: Path, nsys_dir: Path, report: str) -> pd.DataFrame:
     """nsys's ``report`` on ``path`` (an export); nsys runs once per export for all the tests here (skip: no such data)."""
     if path not in _REFERENCES:
@@ -112,11 +118,10 @@ def shape(xyz: pd.Series) -> pd.Series:
 
 
 @pytest.mark.parametrize("path", SHARED)
-def test_kernels_per_name_agree(path, nsys_dir):
+def test_kernels_per_name_agree(export, nsys_dir):
     """The kernels table (report, `kernels`): gpukernsum's rows summed over shapes; med and std where one shape."""
-    path = as_export(path, nsys_dir)
-    ref = ref_of(path, nsys_dir, "gpukernsum")
-    kernels = ours(path)["kernels"].set_index("kernel")
+    ref = ref_of(export, nsys_dir, "gpukernsum")
+    kernels = ours(export)["kernels"].set_index("kernel")
     g = ref.groupby("Name")
     per_name = g.agg(
         count=("Instances", "sum"), total=("Total Time (ns)", "sum"), low=("Min (ns)", "min"), high=("Max (ns)", "max")
@@ -136,11 +141,10 @@ def test_kernels_per_name_agree(path, nsys_dir):
 
 @pytest.mark.parametrize("path", SHARED)
 @pytest.mark.parametrize("base", [False, True], ids=["demangled", "base"])
-def test_kernel_shapes_agree(path, base, nsys_dir):
+def test_kernel_shapes_agree(export, base, nsys_dir):
     """``kernels --by-shape`` (``--base``): one row per (name, grid, block), every statistic, as gpukernsum[:base]."""
-    path = as_export(path, nsys_dir)
-    ref = ref_of(path, nsys_dir, "gpukernsum:base" if base else "gpukernsum")
-    trace = read_trace(Source(path, "nsys-sqlite"))
+    ref = ref_of(export, nsys_dir, "gpukernsum:base" if base else "gpukernsum")
+    trace = read_trace(Source(export, "nsys-sqlite"))
     mine = summarize_kernel_shapes(trace.kernels, name="name" if base else "demangled_name")
     ref = ref.assign(grid=shape(ref["GridXYZ"]), block=shape(ref["BlockXYZ"]), kernel=ref["Name"])
     key = ["kernel", "grid", "block"]
@@ -152,11 +156,10 @@ def test_kernel_shapes_agree(path, base, nsys_dir):
 
 
 @pytest.mark.parametrize("path", SHARED)
-def test_range_cpu_times_agree(path, nsys_dir):
+def test_range_cpu_times_agree(export, nsys_dir):
     """The ranges table (`nvtx`, report): instances and CPU time statistics as nvtxsum, per range name."""
-    path = as_export(path, nsys_dir)
-    ref = ref_of(path, nsys_dir, "nvtxsum")
-    ranges = ours(path)["ranges"]
+    ref = ref_of(export, nsys_dir, "nvtxsum")
+    ranges = ours(export)["ranges"]
     named = ranges[ranges["range"].notna()].set_index("range")
     assert set(named.index) == set(ref["Range"])
     single = ref[~ref["Range"].duplicated(keep=False)].set_index("Range")  # one style per name
@@ -166,11 +169,10 @@ def test_range_cpu_times_agree(path, nsys_dir):
 
 
 @pytest.mark.parametrize("path", SHARED)
-def test_range_kernel_counts_agree(path, nsys_dir):
+def test_range_kernel_counts_agree(export, nsys_dir):
     """Kernels and kernel time per range name (`nvtx`, report), the unnamed range included, as nvtxkernsum."""
-    path = as_export(path, nsys_dir)
-    ref = ref_of(path, nsys_dir, "nvtxkernsum")
-    ranges = ours(path)["ranges"]
+    ref = ref_of(export, nsys_dir, "nvtxkernsum")
+    ranges = ours(export)["ranges"]
     per_name = ref.groupby("NVTX Range", dropna=False).agg(n=("Kern Inst", "sum"), time=("Total Time (ns)", "sum"))
     mine = ranges[ranges["kernels"] > 0].set_index("range")
     assert mine.index.is_unique
@@ -181,14 +183,13 @@ def test_range_kernel_counts_agree(path, nsys_dir):
 
 
 @pytest.mark.parametrize("path", SHARED)
-def test_range_kernel_pairs_agree(path, nsys_dir):
+def test_range_kernel_pairs_agree(export, nsys_dir):
     """range_kernels row by row, kernels outside every range under the unnamed range, as nvtxkernsum."""
-    path = as_export(path, nsys_dir)
-    ref = ref_of(path, nsys_dir, "nvtxkernsum")
+    ref = ref_of(export, nsys_dir, "nvtxkernsum")
     r = ref.groupby(["NVTX Range", "Kernel Name"], dropna=False).agg(
         total=("Total Time (ns)", "sum"), n=("Kern Inst", "sum"), inst=("NVTX Inst", "sum")
     )
-    mine = ours(path)["range_kernels"]
+    mine = ours(export)["range_kernels"]
     mine = mine.assign(range=mine["range"].astype(object), kernel=mine["kernel"].astype(object))
     joined = mine.merge(
         r.reset_index(), left_on=["range", "kernel"], right_on=["NVTX Range", "Kernel Name"], validate="one_to_one"
@@ -200,17 +201,16 @@ def test_range_kernel_pairs_agree(path, nsys_dir):
 
 
 @pytest.mark.parametrize("path", SHARED)
-def test_cuda_api_summary_agrees(path, nsys_dir):
+def test_cuda_api_summary_agrees(export, nsys_dir):
     """``profiler-kit api`` and the report's CUDA API table, as cudaapisum."""
-    path = as_export(path, nsys_dir)
-    ref = ref_of(path, nsys_dir, "cudaapisum")
-    api = ours(path)["api"]
+    ref = ref_of(export, nsys_dir, "cudaapisum")
+    api = ours(export)["api"]
     assert not ref["Name"].duplicated().any() and not api["function"].duplicated().any()
     joined = api.merge(ref, left_on="function", right_on="Name", validate="one_to_one")
     assert len(joined) == len(api) == len(ref)
     assert_stats(joined, "api", count="Num Calls")
     assert_rounded(100 * joined["share_frac"], joined["Time (%)"], "share")
-    full = summarize_api(read_trace(Source(path, "nsys-sqlite")).runtime)  # the full read: same table
+    full = summarize_api(read_trace(Source(export, "nsys-sqlite")).runtime)  # the full read: same table
     pd.testing.assert_frame_equal(full, api)
 
 
@@ -221,11 +221,10 @@ def nsys_memop_name(name: str) -> str:
 
 
 @pytest.mark.parametrize("path", SHARED)
-def test_memop_summary_agrees(path, nsys_dir):
+def test_memop_summary_agrees(export, nsys_dir):
     """Memcpy/memset per kind: time as gpumemtimesum, bytes as gpumemsizesum (in bytes), bandwidth their ratio."""
-    path = as_export(path, nsys_dir)
-    times, sizes = ref_of(path, nsys_dir, "gpumemtimesum"), ref_of(path, nsys_dir, "gpumemsizesum")
-    memops = ours(path)["memops"]
+    times, sizes = ref_of(export, nsys_dir, "gpumemtimesum"), ref_of(export, nsys_dir, "gpumemsizesum")
+    memops = ours(export)["memops"]
     memops = memops.assign(Operation=memops["operation"].map(nsys_memop_name))
     joined = memops.merge(times, on="Operation", validate="one_to_one").merge(sizes, on="Operation")
     assert len(joined) == len(memops) == len(times) == len(sizes)
@@ -267,19 +266,18 @@ def nested_copy(src: Path, dst: Path) -> str:
 
 
 @pytest.mark.parametrize("path", SHARED)
-def test_name_nested_in_itself(path, tmp_path, nsys_dir):
+def test_name_nested_in_itself(export, tmp_path, nsys_dir):
     """Kernels under two nested ranges of one name count once, in count and time; nsys's Kern Inst agrees
     (its Total Time adds such a kernel once per enclosing range, which we do not)."""
-    path = as_export(path, nsys_dir)
-    export = tmp_path / "nested.sqlite"
+    nested = tmp_path / "nested.sqlite"
     try:
-        name = nested_copy(path, export)
+        name = nested_copy(export, nested)
     except (TypeError, sqlite3.OperationalError):  # no push/pop range with a launch inside
         pytest.skip("no push/pop range encloses a launch")
     (tmp_path / "ref").mkdir()
-    r = nsys_stats(export, tmp_path / "ref", ("nvtxkernsum",))["nvtxkernsum"]
+    r = nsys_stats(nested, tmp_path / "ref", ("nvtxkernsum",))["nvtxkernsum"]
     r = r[r["NVTX Range"] == name]
-    res = analyze_trace(read_trace(Source(export, "nsys-sqlite"), details=False))
+    res = analyze_trace(read_trace(Source(nested, "nsys-sqlite"), details=False))
     pairs = res["range_kernels"]
     pairs = pairs[pairs["range"] == name].assign(kernel=lambda d: d["kernel"].astype(str)).set_index("kernel")
     theirs = r.groupby("Kernel Name").agg(n=("Kern Inst", "sum"), total=("Total Time (ns)", "sum"))
@@ -290,5 +288,7 @@ def test_name_nested_in_itself(path, tmp_path, nsys_dir):
     assert row["kernel_time_ns"] == pairs["total_ns"].sum()
     doubled = theirs["total"] > pairs.loc[theirs.index, "total_ns"]
     assert doubled.any()  # nsys counted the nested kernels' time twice; we did not
-    same = analyze_trace(read_trace(Source(path, "nsys-sqlite"), details=False))["ranges"].set_index("range").loc[name]
+    same = (
+        analyze_trace(read_trace(Source(export, "nsys-sqlite"), details=False))["ranges"].set_index("range").loc[name]
+    )
     assert (row["kernels"], row["kernel_time_ns"]) == (same["kernels"], same["kernel_time_ns"])  # as before the copy

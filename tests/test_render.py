@@ -240,3 +240,33 @@ def test_long_chart_titles_wrap_inside_the_chart():
     lines = layout["title"]["text"].split("<br>")
     assert len(lines) > 1 and all(len(line) <= TITLE_CHARS for line in lines) and " ".join(lines) == title.strip()
     assert layout["margin"]["t"] > 60 + len(lines) * 10
+
+
+def test_rates_and_bare_units_are_titled_with_their_unit():
+    """GB/s and TFLOP/s in the header, not "gb (/s)"; a column named by its unit alone is titled by the unit
+    it is shown in, and byte rates are scaled to GB/s like the bandwidths computed in GB/s."""
+    df = pd.DataFrame(
+        {"bytes": [3 * 2**20], "gb_per_s": [12.5], "busbw_gb_per_s": [7.0], "achieved_tflop_per_s": [0.5],
+         "memory_bandwidth_bytes_per_s": [2.0e12], "tokens_per_s": [10.0]}
+    )  # fmt: skip
+    shown = for_display(df)
+    assert list(shown.columns) == [
+        "MiB", "GB/s", "busbw (GB/s)", "achieved (TFLOP/s)", "memory bandwidth (GB/s)", "tokens (/s)"
+    ]  # fmt: skip
+    assert shown.iloc[0].tolist() == [3, 12.5, 7.0, 0.5, 2000.0, 10.0]
+
+
+def test_addresses_read_in_hex_and_stay_integers_in_the_data():
+    df = pd.DataFrame({"address": [0x7FF4B6000000], "reserved_bytes": [2**27]})
+    assert for_display(df).iloc[0]["address"] == "0x7ff4b6000000"
+    assert "0x7ff4b6000000" in render_table_md(df)
+    assert df["address"].dtype.kind == "i"  # the table itself (CSV/JSON) keeps the number
+
+
+def test_allocation_bands_axis_says_allocated():
+    from profiler_kit.render.html import figure_json
+    from profiler_kit.report import Figure
+
+    bands = pd.DataFrame({"time_ns": [0, 10], "top_bytes": [2**20, 2**21], "bottom_bytes": [0, 0], "band": [1, 1]})
+    layout = figure_json(Figure("Allocations", bands, "bands", "time_ns", "top_bytes", color="band"))["layout"]
+    assert layout["yaxis"]["title"]["text"] == "allocated (MiB)"

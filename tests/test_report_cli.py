@@ -270,3 +270,51 @@ def test_trace_without_kernels_still_gets_its_html_page(tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert NOTHING_TO_CHART in page and "Plotly.newPlot" not in page and "no GPU kernels" in page
     assert len(page) < 100_000
+
+
+def test_trace_without_gpu_ops_has_no_table_of_zero_idle_gaps(tmp_path):
+    """A CPU-only trace's 'Why is it slow' would hold only an idle-time table of zeros: it is left out, and the
+    page says why there is nothing GPU-side to show."""
+    res = run("report", CPU_FIXTURE, "-o", tmp_path)
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "report.md").read_text()
+    assert "no GPU kernels" in md and "Why is it slow" not in md and "Idle time by cause" not in md
+
+
+def test_kernel_sequence_times_carry_a_unit(tmp_path):
+    """The mean time of one occurrence is shown in ms like the other times, and a sequence launched by one op
+    names it once."""
+    res = run(
+        "report", ROOT / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz", "-o", tmp_path, "--format", "json"
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(next(tmp_path.glob("*_sequences.json")).read_text())["rows"]
+    assert rows and all(r["per_occurrence_ns"] * r["occurrences"] == pytest.approx(r["total_ns"]) for r in rows)
+    assert not any(" -> " in r["launched_by"] and len(set(r["launched_by"].split(" -> "))) == 1 for r in rows)
+    md = run("report", ROOT / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz", "-o", tmp_path / "md")
+    assert md.exit_code == 0 and "per occurrence (ms)" in (tmp_path / "md" / "report.md").read_text()
+
+
+def test_steps_of_one_name_are_numbered_in_the_step_table(tmp_path):
+    """The workloads' NVTX steps are all named "step": the per-step table numbers them in time order, so two rows
+    never read the same."""
+    res = run(
+        "report", ROOT / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz", "-o", tmp_path, "--format", "json"
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(next(tmp_path.glob("*_temporal_steps.json")).read_text())["rows"]
+    assert [r["step"] for r in rows] == ["step 1", "step 2"]
+    assert rows[0]["span_ns"] > 0 and rows == sorted(rows, key=lambda r: (r["pid"], r["device_id"]))
+
+
+@pytest.mark.parametrize("top", [3, 50])
+def test_the_by_size_note_speaks_of_a_folded_row_only_where_there_is_one(tmp_path, top):
+    """The live-by-size table folds the sizes after the first ``top`` into one row without a size; its note says
+    so only when that row is there (11 sizes live at the example's peak)."""
+    res = run("memory", ROOT / "examples" / "memory" / "mlp_full_step_bf16.pickle.gz", "-o", tmp_path, "--top", top)
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "memory.md").read_text()
+    section = md[md.index("Live at peak by size") :].split("Largest")[0]
+    rows = [line for line in section.splitlines() if line.startswith("|") and "---" not in line][1:]
+    assert ("without a size" in section) == (top == 3)
+    assert len(rows) == (top + 1 if top == 3 else 11)

@@ -5,49 +5,56 @@ leaves an 8-warp kernel as it is and fails an assertion at 4 warps), so this wri
 split out with ``gl.warp_specialize``, as ``flash_gluon_ws`` does for the d 64 backward:
 
 - a 1-warp load partition: the program's 128 query rows once, then K and V tiles of ``BLOCK_N`` keys into a
-  ``STAGES``-deep ring of shared memory (``ready`` / ``empty`` mbarriers), 24 registers;
+  ``STAGES``-deep ring of shared memory, K and V each behind their own ``ready`` / ``empty`` mbarriers, 24 registers;
 - two consumer warpgroups, each owning 64 of the query rows: S = Q K^T, the online softmax in registers and
-  O += P V with P from registers, for every key tile; a stage is released when both have read it. The two
-  warpgroups run independently, so one's softmax can overlap the other's products. ``OVERLAP`` issues the
-  next tile's S product before this tile's softmax (FA3's intra-warpgroup overlap), at the cost of a second S
-  tile in registers.
+  O += P V with P from registers, for every key tile; a K or V stage is released when both have read it.
+
+Schedules of the key loop (``SCHEDULE``): ``PLAIN`` waits for each product in turn, and the two warpgroups run
+independently. ``FA3`` is FlashAttention-3's intra-warpgroup overlap: the S product of tile j and the P V product
+of tile j - 1 are issued together, and tile j's softmax runs while P V does (a second tile of scores and P in
+registers). ``PINGPONG`` adds FA3's ping-pong: a warpgroup issues its two products only in its turn and then
+hands the turn to the other (``turn`` mbarriers), so one's softmax overlaps the other's products.
 
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
 
-At 1x16x16384x128 bf16 on an H100 (forward only, one process): causal 1.995 ms (``n128``) against the Triton
-forward's 2.455 and SDPA's 1.920; not causal 3.965 against 4.559 and 3.559. ``OVERLAP`` (2.462), 64-key tiles
-(2.043) and 3 stages (2.165) were slower (benchmarks/README.md). d 64 is correct (GPU test) but was not timed: that
-screen's d 64 rows ran the d 128 kernel (a launch-key bug, fixed since), so the Triton forward stays there.
+At 1x16 heads, d 128, bf16 on an H100 (forward only, ``benchmarks/attention_gluon_screen.py``, SDPA in the same
+process; results/attention/screen_d128.jsonl), ``n128_pingpong`` against SDPA, ms: causal 4096 / 16384 / 65536
+0.149 / 1.805 / 27.78 against 0.153 / 1.917 / 28.00; not causal 0.226 / 3.458 / 54.89 against 0.213 / 3.563 / 57.44
+(1.01-1.06x SDPA's speed, 0.94x at 4096 not causal; ``PLAIN`` 0.84-0.94x). ``n128_fa3`` and ``n128_s3_pingpong``
+were within 0.06x of it either way, 64-key tiles slower (0.82-0.96x).
+Before the FA3 schedules, the next S product issued before
+the softmax on a K/V stage shared with V (2.462 ms causal 16384), 64-key tiles (2.043) and 3 stages (2.165) were
+slower than ``PLAIN`` (1.995). d 64 is correct (GPU test) but was not timed, so the Triton forward stays there.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
-from profiler_kit.workloads.gluon_tiles import acc_layout, tile_order
+from profiler_kit.workloads import gluon_tiles
+from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order
 from profiler_kit.workloads.triton_launch import capability, launch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
 ROWS = gl.constexpr(64)  # query rows a consumer warpgroup owns (two a program)
 BLOCK_M = 128
 
-# (BLOCK_N, STAGES, maxnreg, consumer regs, load regs, OVERLAP): 12 warps a program (two consumer warpgroups and
+# schedules of a consumer warpgroup's key loop
+PLAIN, FA3, PINGPONG = (gl.constexpr(i) for i in range(3))
+# (BLOCK_N, STAGES, maxnreg, consumer regs, load regs, schedule): 12 warps a program (two consumer warpgroups and
 # the load warp rounded up to a warpgroup), each allocated maxnreg registers at launch
 CONFIGS = {
-    "n128": (128, 2, 168, 240, 24, False),
-    "n128_overlap": (128, 2, 168, 240, 24, True),
-    "n128_s3": (128, 3, 168, 240, 24, False),
-    "n64": (64, 3, 168, 240, 24, False),
-    "n64_overlap": (64, 3, 168, 240, 24, True),
+    "n128": (128, 2, 168, 240, 24, PLAIN),
+    "n128_fa3": (128, 2, 168, 240, 24, FA3),
+    "n128_pingpong": (128, 2, 168, 240, 24, PINGPONG),
+    "n128_s3_pingpong": (128, 3, 168, 240, 24, PINGPONG),
+    "n64_pingpong": (64, 4, 168, 240, 24, PINGPONG),
 }
-DEFAULT = "n128"
+DEFAULT = "n128_pingpong"
 HEAD_GROUP = 2  # launch order: heads in groups of this many, longest tiles of a group first
 
 
@@ -55,23 +62,26 @@ HEAD_GROUP = 2  # launch order: heads in groups of this many, longest tiles of a
 def _load_partition(a, STAGES: gl.constexpr):
     """One warp: the Q tile once, then K and V tiles into the ring as the consumers free its stages."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
-     start_m, num_n) = a  # fmt: skip
+     start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0 + start_m, 0], q_bar, q_smem)
-    for j in range(num_n):
+    for j in range(num_n):  # K of stage s behind barriers s, V behind STAGES + s: each freed when read
         s = j % STAGES
-        mbarrier.wait(empty.index(s), ((j // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
-        mbarrier.expect(ready.index(s), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        phase = ((j // STAGES) & 1) ^ 1  # fresh barriers pass phase 1 at once
+        mbarrier.wait(empty.index(s), phase)
+        mbarrier.expect(ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BN, 0], ready.index(s), k_smem.index(s))
-        tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BN, 0], ready.index(s), v_smem.index(s))
+        mbarrier.wait(empty.index(STAGES + s), phase)
+        mbarrier.expect(ready.index(STAGES + s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BN, 0], ready.index(STAGES + s), v_smem.index(s))
 
 
 @gluon.jit
 def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr):
     """Online softmax of the scores ``s_t`` of key tile ``j``, then O += P V (waited for), the stage released."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
-     start_m, num_n) = a  # fmt: skip
+     start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -89,9 +99,11 @@ def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, S
     l_i = l_i * alpha + gl.sum(p, 1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     stage = j % STAGES
+    mbarrier.wait(ready.index(STAGES + stage), (j // STAGES) & 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(stage), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(empty.index(stage), count=1)
+    mbarrier.arrive(empty.index(STAGES + stage), count=1)
     return acc, l_i, m_ij
 
 
@@ -99,7 +111,7 @@ def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, S
 def _scores(j, q_c, a, STAGES: gl.constexpr):
     """Issue S = Q K^T for key tile ``j`` (asynchronous) once its stage has landed."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
-     start_m, num_n) = a  # fmt: skip
+     start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
     stage = j % STAGES
     mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
@@ -108,10 +120,102 @@ def _scores(j, q_c, a, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+def _softmax(j, s_t, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr):
+    """Online softmax of key tile ``j``'s scores: P (the P V product's register operand), the factor O is
+    rescaled by before P V is added, and the new row sums and maxima."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = acc_layout(BN)
+    o_layout: gl.constexpr = acc_layout(HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    qk_scale = sm_scale * LOG2E
+    if MASK:
+        rows = start_m + C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+        cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+        s_t = gl.where(cols[None, :] <= rows[:, None], s_t, float("-inf"))
+    m_ij = gl.maximum(m_i, gl.max(s_t, 1) * qk_scale)
+    p = gl.exp2(s_t * qk_scale - m_ij[:, None])
+    alpha = gl.exp2(m_i - m_ij)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+    return p_op, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), l_i, m_ij
+
+
+@gluon.jit
+def _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr,
+              PING: gl.constexpr):  # fmt: skip
+    """Key tile ``j``: its S product and tile ``j - 1``'s P V product issued together, then tile ``j``'s softmax
+    while P V runs (FA3's intra-warpgroup overlap). ``PING``: the two products are issued in this warpgroup's
+    turn, which it passes to the other warpgroup (FA3's ping-pong: one's softmax overlaps the other's products)."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    stage = j % STAGES
+    prev = (j + STAGES - 1) % STAGES
+    mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+    if PING:
+        mbarrier.wait(turn.index(C), j & 1)
+    zero = gl.zeros([ROWS, BN], gl.float32, acc_layout(BN))
+    s_t = warpgroup_mma(q_c, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
+    acc = acc * alpha[:, None]
+    mbarrier.wait(ready.index(STAGES + prev), ((j - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+    if PING:
+        mbarrier.arrive(turn.index(1 - C), count=1)
+    s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t,))
+    mbarrier.arrive(empty.index(stage), count=1)  # K of tile j read
+    p_next, alpha, l_i, m_i = _softmax(j, s_t, l_i, m_i, a, C, MASK)
+    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))  # P's registers stay live until P V is done
+    mbarrier.arrive(empty.index(STAGES + prev), count=1)  # V of tile j - 1 read
+    return acc, p_next, alpha, l_i, m_i
+
+
+@gluon.jit
+def _fa3_loop(acc, l_i, m_i, q_c, num_full, a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+              PING: gl.constexpr):  # fmt: skip
+    """Every key tile in FA3's order: S of tile 0 and its softmax, then S of tile j with P V of tile j - 1, then
+    the last P V. Both warpgroups see the same number of tiles, so their turns alternate to the end."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    if PING:
+        if C == 1:
+            mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first
+    mbarrier.wait(ready.index(0), 0)
+    if PING:
+        mbarrier.wait(turn.index(C), 0)
+    zero = gl.zeros([ROWS, BN], gl.float32, acc_layout(BN))
+    s_t = warpgroup_mma(q_c, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+    if PING:
+        mbarrier.arrive(turn.index(1 - C), count=1)
+    s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t,))
+    mbarrier.arrive(empty.index(0), count=1)
+    if num_full > 0:
+        p, alpha, l_i, m_i = _softmax(0, s_t, l_i, m_i, a, C, False)
+    else:
+        p, alpha, l_i, m_i = _softmax(0, s_t, l_i, m_i, a, C, True)
+    for j in range(1, num_full):
+        acc, p, alpha, l_i, m_i = _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C, False, STAGES, PING)
+    if IS_CAUSAL:
+        for j in range(gl.maximum(num_full, 1), num_n):
+            acc, p, alpha, l_i, m_i = _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C, True, STAGES, PING)
+    last = (num_n - 1) % STAGES
+    acc = acc * alpha[:, None]
+    mbarrier.wait(ready.index(STAGES + last), ((num_n - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+    mbarrier.arrive(empty.index(STAGES + last), count=1)
+    return acc, l_i, m_i
+
+
+@gluon.jit
+def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr):
     """One warpgroup: O and L of query rows ``start_m + 64 C ...`` over every key tile they see."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
-     start_m, num_n) = a  # fmt: skip
+     start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -126,16 +230,8 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
     # causal: the last BLOCK_M // BN key tiles cross the diagonal of the program's 128 rows
     BM: gl.constexpr = q_desc.block_type.shape[0]
     num_full = num_n - (BM // BN) if IS_CAUSAL else num_n
-    if OVERLAP:  # the next tile's S product runs while this tile's softmax is computed
-        s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(0, q_c, a, STAGES),))
-        for j in range(num_n - 1):
-            s_next = _scores(j + 1, q_c, a, STAGES)
-            if j < num_full:
-                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, False, STAGES)
-            else:
-                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, True, STAGES)
-            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_next,))
-        acc, l_i, m_i = _softmax_pv(num_n - 1, s_t, acc, l_i, m_i, a, C, IS_CAUSAL, STAGES)
+    if SCHEDULE >= FA3:
+        acc, l_i, m_i = _fa3_loop(acc, l_i, m_i, q_c, num_full, a, C, IS_CAUSAL, STAGES, SCHEDULE == PINGPONG)
     else:
         for j in range(num_full):
             s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, STAGES),))
@@ -157,7 +253,7 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
 def _flash_gluon_fwd_kernel(
     q_desc, k_desc, v_desc, Out, L, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, OVERLAP: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, SCHEDULE: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 query rows (two consumer warpgroups of 64); query head ``h`` reads K/V head ``h // GQA``."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -180,17 +276,20 @@ def _flash_gluon_fwd_kernel(
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, HEAD_DIM], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())  # K stages, V stages
+    empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
-    for s in gl.static_range(STAGES):
+    for c in gl.static_range(2):
+        mbarrier.init(turn.index(c), count=1)  # PINGPONG: consumer c may issue its products
+    for s in gl.static_range(2 * STAGES):
         mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=2)  # both consumers release a K/V stage
+        mbarrier.init(empty.index(s), count=2)  # both consumers release a K or V stage
 
     a = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
-         start_m, num_n)  # fmt: skip
+         start_m, num_n, turn)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, OVERLAP)), (_consumer, (a, 1, IS_CAUSAL, STAGES, OVERLAP)),
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, SCHEDULE)), (_consumer, (a, 1, IS_CAUSAL, STAGES, SCHEDULE)),
          (_load_partition, (a, STAGES))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
@@ -210,25 +309,14 @@ def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
     )
 
 
-@functools.cache
-def _layout(block: tuple[int, ...], dtype: torch.dtype):
-    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[dtype]
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
-
-
-def _desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
-    flat = t.view(-1, t.shape[-1])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _layout(block, t.dtype))
-
-
 def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
-    bn, stages, maxnreg, consumer_regs, load_regs, overlap = CONFIGS[config] if isinstance(config, str) else config
+    bn, stages, maxnreg, consumer_regs, load_regs, schedule = CONFIGS[config] if isinstance(config, str) else config
     bh, n, d = q.shape
     if n % BLOCK_M:
         raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
-    args = (_desc(q, (BLOCK_M, d)), _desc(k, (bn, d)), _desc(v, (bn, d)), o, lse, sm_scale, n)
-    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, bool(overlap))
+    args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), o, lse, sm_scale, n)
+    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule))
     grid = (n // BLOCK_M * bh,)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
@@ -246,19 +334,7 @@ def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEA
 
 def compile_sm90(config=DEFAULT, n: int = 4096, d: int = 128, is_causal: bool = True, dtype=torch.bfloat16):
     """Compile for sm_90 without a GPU (as ``flash_gluon_ws.compile_sm90``): Triton's compiled kernel."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     q, k, v, o = (torch.empty(4, n, d, dtype=dtype) for _ in range(4))
     lse = torch.empty(4, n, dtype=torch.float32)
     _, args, consts, opts = launch_args(q, k, v, o, lse, 0.125, is_causal, config)
-    fn = _flash_gluon_fwd_kernel
-    names = fn.arg_names
-    const_names = names[len(args) :]
-    sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
-    constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
-    attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in ("Out", "L", "N_CTX")}
-    src = GluonASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})
+    return gluon_tiles.compile_sm90(_flash_gluon_fwd_kernel, args, consts, opts, ("Out", "L", "N_CTX"))

@@ -27,16 +27,14 @@ Head dim 64, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper onl
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
-from profiler_kit.workloads.gluon_tiles import acc_layout, tile_order
+from profiler_kit.workloads import gluon_tiles
+from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
 from profiler_kit.workloads.triton_launch import capability, launch
-from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -45,7 +43,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LOG2E = gl.constexpr(1.4426950408889634)
 KEYS = gl.constexpr(64)  # keys a consumer warpgroup owns (two a program)
@@ -63,13 +60,6 @@ CONFIGS = {
 DEFAULT = os.environ.get("FLASH_GLUON_WS_CONFIG", "kvds")  # benchmarks may pick another entry of CONFIGS by name
 HEAD_GROUP = 1  # launch order: heads one after another (run 15b: 3.07 ms against 3.10-3.12 in groups of 2 or 8)
 KEYS_PER_PROGRAM = 128
-
-
-@builtin
-def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """Add the shared-memory tile ``src`` into global memory at ``coord`` (TMA bulk reduce, asynchronous)."""
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 
 @gluon.jit
@@ -110,7 +100,7 @@ def _dq_partition(a):
         tma.store_wait(pendings=1)  # the reduce two tiles back has read this buffer
         dq_smem.index(b).store(dq)
         fence_async_shared()
-        _tma_reduce_add(dq_desc, [row0 + lo + i * BM, 0], dq_smem.index(b))
+        tma_reduce_add(dq_desc, [row0 + lo + i * BM, 0], dq_smem.index(b))
     tma.store_wait(pendings=0)
 
 
@@ -275,17 +265,6 @@ def supported(q: torch.Tensor) -> bool:
     )
 
 
-@functools.cache
-def _layout(block: tuple[int, ...], dtype: torch.dtype):
-    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
-
-
-def _desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
-    flat = t.view(-1, t.shape[-1])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _layout(block, t.dtype))
-
-
 def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
     stages, maxnreg, consumer_regs, dq_regs, load_regs, kv_regs, ds_regs = (
@@ -295,8 +274,8 @@ def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
     args = (
-        _desc(q, (BLOCK_M, d)), _desc(k, (KEYS_PER_PROGRAM, d)), _desc(v, (KEYS_PER_PROGRAM, d)),
-        _desc(do, (BLOCK_M, d)), _desc(dq, (BLOCK_M, d)), dk, dv, lse, delta, sm_scale, n,
+        tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (KEYS_PER_PROGRAM, d)), tensor_desc(v, (KEYS_PER_PROGRAM, d)),
+        tensor_desc(do, (BLOCK_M, d)), tensor_desc(dq, (BLOCK_M, d)), dk, dv, lse, delta, sm_scale, n,
     )  # fmt: skip
     consts = (is_causal, head_group, stages, consumer_regs, dq_regs, load_regs, bool(kv_regs), bool(ds_regs))
     grid = (n // KEYS_PER_PROGRAM * bh,)
@@ -319,20 +298,8 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
 def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 16):
     """Compile for sm_90 without a GPU (the signature taken from CPU tensors): Triton's compiled kernel, with
     ``asm["ptx"]``, ``asm["cubin"]`` and ``metadata.shared``. No driver is needed; ptxas ships with Triton."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     q, k, v, do = (torch.empty(heads, n, 64, dtype=dtype) for _ in range(4))
     dq = torch.empty(heads, n, 64, dtype=torch.float32)
     lse = delta = torch.empty(heads, n, dtype=torch.float32)
     _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, q, q, 0.125, is_causal, config)
-    fn = _flash_ws_dkdv_kernel
-    names = fn.arg_names
-    const_names = names[len(args) :]
-    sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
-    constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
-    attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in ("DK", "DV", "L", "D", "N_CTX")}
-    src = GluonASTSource(fn, sig, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})
+    return gluon_tiles.compile_sm90(_flash_ws_dkdv_kernel, args, consts, opts, ("DK", "DV", "L", "D", "N_CTX"))

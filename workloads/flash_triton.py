@@ -39,10 +39,12 @@ pays nothing).
   run 8 at the leaderboard shape (benchmarks/README.md).
 - Grouped-query attention: K/V with fewer heads than Q (a divisor of them); query head ``h`` reads K/V head
   ``h // group`` (SDPA's ``enable_gqa``), and the dK/dV kernel loops over a K/V head's query heads, so dK, dV
-  are their sums with one writer per tile. The Gluon dK/dV kernel has no head groups: GQA takes ``"tma"``.
-- At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``): a load warp and two consumer
-  warpgroups: 13-19% less time than the Triton forward there, 4-14% more than cuDNN's (issue 26, H100, seq 4096
-  and 16384; benchmarks/README.md).
+  are their sums with one writer per tile. The Gluon d 64 dK/dV kernel has no head groups, and the d 128 one
+  takes them only with ``BWD_GLUON128_GQA``: GQA takes ``"tma"`` otherwise.
+- At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``: a load warp and two consumer warpgroups
+  in FlashAttention-3's ping-pong) and the backward's dK/dV/dQ kernel ``flash_gluon_bwd128`` (``BWD_GLUON128``):
+  1.02x and 0.89x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.76x (issue 26, H100, seq
+  4096-65536, causal and not; benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -149,8 +151,9 @@ FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice
 DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstring
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 # head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper, lengths a multiple of 128 (others: Triton):
-# d 128 forward 1.98-2.00 ms against the Triton kernel's 2.46 and SDPA's 1.92 (causal, seq 16384, H100)
-FWD_GLUON: dict[int, str] = {128: "n128"}
+# d 128 (H100, 1x16 heads, bf16, seq 4096-65536, causal and not; benchmarks/results/attention/screen_d128.jsonl):
+# FA3's ping-pong ran at 1.02x SDPA's speed (geometric mean), the Triton kernel at 0.78x
+FWD_GLUON: dict[int, str] = {128: "n128_pingpong"}
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
@@ -158,6 +161,12 @@ BWD_OPTS = {"HEAD_GROUP": 4, "QDO_TMA": True, "REORDER": False, "SCALE_DS": True
 BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS their tiles spill: run 8)
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon_ws": 2}  # gluon_ws: flash_gluon_ws, tma's dQ buffer
 GLUON_WS_TRITON = "3.6."  # the Triton release flash_gluon_ws was written and measured with
+# flash_gluon_bwd128 config for the "gluon_ws" backward at head dim 128 (None: the ``tma`` kernel there):
+# 0.89x SDPA's speed where the ``tma`` kernel ran at 0.76x (same screen)
+BWD_GLUON128: str | None = "d128"
+# flash_gluon_bwd128 with grouped-query heads: compiled offline, not yet run on a GPU (its GPU test is
+# tests/test_flash_gluon_bwd128.py::test_grouped_query_heads_match_fp32_attention); until then GQA takes ``tma``
+BWD_GLUON128_GQA = False
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
@@ -169,6 +178,8 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
     FWD_TMA = _override.get("fwd_tma", FWD_TMA)
     FWD_GLUON = {int(d): c for d, c in _override.get("fwd_gluon", FWD_GLUON).items()}
+    BWD_GLUON128 = _override.get("bwd_gluon128", BWD_GLUON128)
+    BWD_GLUON128_GQA = _override.get("bwd_gluon128_gqa", BWD_GLUON128_GQA)
     FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
     BWD_OPTS = {**BWD_OPTS, **_override.get("bwd_opts", {})}
 
@@ -675,18 +686,22 @@ def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
 
 
 def _gluon_ws(q: torch.Tensor):
-    """``flash_gluon_ws`` where it takes these inputs (``supported``) under the Triton it was written for, else None.
+    """The warp-specialized Gluon dK/dV module that takes these inputs (``supported``) under the Triton it was
+    written for, else None: ``flash_gluon_ws`` at head dim 64, ``flash_gluon_bwd128`` at 128 where
+    ``BWD_GLUON128`` names a config.
 
-    Gluon is Triton's experimental dialect and the kernel calls one of the compiler's internal builders
+    Gluon is Triton's experimental dialect and the kernels call one of the compiler's internal builders
     (the TMA reduce), so another Triton release gets the ``tma`` kernel rather than a compile error.
     """
     if not triton.__version__.startswith(GLUON_WS_TRITON):
         return None
     try:
-        from profiler_kit.workloads import flash_gluon_ws
+        from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_ws
     except (ImportError, AttributeError):  # a Triton without Gluon, or whose internals it uses have moved
         return None
-    return flash_gluon_ws if flash_gluon_ws.supported(q) else None
+    if flash_gluon_ws.supported(q):
+        return flash_gluon_ws
+    return flash_gluon_bwd128 if BWD_GLUON128 and flash_gluon_bwd128.supported(q) else None
 
 
 def _gluon_fwd(q: torch.Tensor, k: torch.Tensor):
@@ -717,7 +732,7 @@ def backward_kernels(
 
     With fewer K/V rows than Q rows (grouped-query attention, as ``forward_kernels``) dK and dV of a shared
     head are the sums over its query heads, accumulated in one program (no atomics); the warp-specialized
-    Gluon kernel has no head groups, so ``"gluon_ws"`` takes ``"tma"`` then.
+    Gluon kernels take no head groups (d 128: unless ``BWD_GLUON128_GQA``), so ``"gluon_ws"`` takes ``"tma"`` then.
 
     ``dkdv_config`` and ``dq_config`` skip autotuning.
 
@@ -727,7 +742,7 @@ def backward_kernels(
     bh, n, d = q.shape
     bh_kv = k.shape[0]
     gqa = bh // bh_kv
-    ws = _gluon_ws(q) if mode == "gluon_ws" and gqa == 1 else None  # it has no head groups: GQA takes ``tma``
+    ws = _gluon_ws(q) if mode == "gluon_ws" and (gqa == 1 or (BWD_GLUON128_GQA and d == 128)) else None
     if mode == "gluon_ws" and ws is None:  # inputs the warp-specialized kernel does not take
         mode, dkdv_config = "tma", None
     mode_id = BWD_MODES[mode]
@@ -747,7 +762,8 @@ def backward_kernels(
     scale = 1.0 / math.sqrt(d)
     if ws is not None:
         head_group = (opts or {}).get("HEAD_GROUP", ws.HEAD_GROUP)  # its own launch order
-        ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, dkdv_config or ws.DEFAULT, head_group)
+        config = dkdv_config or (BWD_GLUON128 if d == 128 else ws.DEFAULT)
+        ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, config, head_group)
         return dq.to(q.dtype), dk, dv
     plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
     tuned = d <= BWD_OPTS_MAX_D and q.dtype != torch.float32

@@ -1,9 +1,16 @@
-"""Pieces both warp-specialized Gluon attention kernels use (the d 128 forward, the d 64 dK/dV backward)."""
+"""Pieces the warp-specialized Gluon attention kernels share (the forward, the d 64 and d 128 backwards): device
+helpers, the TMA descriptor of a tensor, and the offline compile for sm_90 their tests use."""
 
 from __future__ import annotations
 
+import functools
+
+import torch
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 
 @gluon.constexpr_function
@@ -20,3 +27,40 @@ def tile_order(pid, num_tiles, n_bh, HEAD_GROUP: gl.constexpr):
     size = gl.minimum(n_bh - first, HEAD_GROUP)
     r = pid - first * num_tiles
     return r // size, first + r % size
+
+
+@builtin
+def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared-memory tile ``src`` into global memory at ``coord`` (TMA bulk reduce, asynchronous)."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+@functools.cache
+def _shared_layout(block: tuple[int, ...], dtype: torch.dtype):
+    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[dtype]
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
+
+
+def tensor_desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
+    """TMA descriptor of ``t`` seen as 2-D (its last dimension kept), tiles of ``block``."""
+    flat = t.view(-1, t.shape[-1])
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _shared_layout(block, t.dtype))
+
+
+def compile_sm90(fn, args: tuple, consts: tuple, opts: dict, divisible: tuple[str, ...]):
+    """Compile the Gluon kernel ``fn`` for sm_90 without a GPU (the signature taken from CPU tensors in ``args``,
+    the pointer arguments ``divisible`` by 16): Triton's compiled kernel, with ``asm["ptx"]``, ``asm["cubin"]``
+    and ``metadata.shared``. No driver is needed; ptxas ships with Triton."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    names = fn.arg_names
+    const_names = names[len(args) :]
+    sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
+    constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
+    attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in divisible}
+    src = GluonASTSource(fn, sig, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})

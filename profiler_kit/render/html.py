@@ -156,6 +156,8 @@ def figure_json(fig: Figure) -> dict:
         layout["yaxis"]["autorange"] = "reversed"
     if fig.kind == "blocks":
         layout["xaxis"]["title"]["text"] = "offset in segment" + x_title[x_title.rfind(" (") :]
+    if fig.kind == "bands":  # a band's top edge is the memory allocated up to and including it
+        layout["yaxis"]["title"]["text"] = "allocated" + y_title[y_title.rfind(" (") :]
     return {"data": traces, "layout": layout}
 
 

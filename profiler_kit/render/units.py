@@ -7,21 +7,30 @@ import re
 import numpy as np
 import pandas as pd
 
-# suffix -> (display suffix, divisor); first match wins
+# suffix -> (display suffix, divisor); first match wins, so rates come before the plain units they end in
 UNIT_RULES = (
+    ("_bytes_per_s", " (GB/s)", 1e9),
+    ("_gb_per_s", " (GB/s)", 1.0),
+    ("_tb_per_s", " (TB/s)", 1.0),
+    ("_tflop_per_s", " (TFLOP/s)", 1.0),
+    ("_per_s", " (/s)", 1.0),
     ("_ns", " (ms)", 1e6),
     ("_us", " (ms)", 1e3),
     ("_bytes", " (MiB)", 2**20),
     ("_frac", " (%)", 0.01),
-    ("_per_s", " (/s)", 1.0),
 )
+
+HEX_COLUMNS = ("address",)  # device addresses: read in hex
 
 
 def display_column(col: str) -> tuple[str, float]:
-    """Return the display title of a raw column and the divisor that scales it."""
+    """Return the display title of a raw column and the divisor that scales it. A column named by its unit
+    alone ("bytes", "gb_per_s") is titled by the display unit ("MiB", "GB/s")."""
     for suffix, unit, div in UNIT_RULES:
         if col.endswith(suffix):
             return col[: -len(suffix)].replace("_", " ") + unit, div
+        if col == suffix[1:]:
+            return unit.strip(" ()"), div
     return col.replace("_", " "), 1.0
 
 
@@ -35,6 +44,9 @@ def for_display(df: pd.DataFrame) -> pd.DataFrame:
     for col in df.columns:
         title, div = display_column(str(col))
         s = _as_numbers(df[col])
+        if col in HEX_COLUMNS and pd.api.types.is_integer_dtype(s):
+            out[title] = [hex(v) for v in s.tolist()]  # as PyTorch's memory tools and the segment chart write them
+            continue
         if div != 1.0 and pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
             s = s.to_numpy() / div if isinstance(s.dtype, np.dtype) else (s / div).array
         elif _whole_floats(s):

@@ -4,7 +4,7 @@ Drops cpu_op, flow events and profiler overhead; keeps kernel, gpu_memcpy, gpu_m
 user_annotation, gpu_user_annotation and metadata. ``--keep-runtime`` also keeps the
 cuda_runtime/cuda_driver calls, which tie each kernel to the range that launched it
 (without them a report cannot project GPU work onto ranges).
-Usage: python reports/ddp/trim_trace.py [--keep-runtime] IN.json.gz OUT.json.gz
+Usage: python scripts/trim_trace.py [--keep-runtime] IN.json.gz OUT.json.gz
 """
 
 import gzip

@@ -1,0 +1,207 @@
+"""Screen of the head-dim-128 Gluon kernels against SDPA in one process (issue 26).
+
+For each mask and length (1x16 heads, d 128, bf16): SDPA's forward and backward, the Triton forward and the
+``tma`` backward, every ``flash_gluon_fwd`` config and every ``flash_gluon_bwd128`` config. Each of ours is checked
+against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms). Prints a table of
+SDPA's time over each (above 1: ours faster) and writes, with ``--best``, the fastest config of each kind that was
+correct in every case, as ``FLASH_TRITON_CONFIGS`` takes it (``fwd_gluon``, ``bwd_gluon128``; none where no Gluon
+config beat the Triton kernel)::
+
+    python3 benchmarks/attention_gluon_screen.py --out screen.jsonl --best best.json
+
+``--probe FILE`` first runs every config once at a small size, each in its own process with a time limit (in
+parallel: this also compiles them into Triton's cache), against fp32 math attention, and writes which passed;
+``--probed FILE`` screens only those, so a config that hangs or fails costs its limit, not the screen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_fwd
+from profiler_kit.workloads import flash_triton as ft
+from triton.testing import do_bench
+
+
+def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def probe(kind: str, name: str, causal: bool) -> float:
+    """Max relative error of one config against fp32 math attention at 2x1024 (O and L, or dQ, dK, dV)."""
+    heads, n, d = 2, 1024, 128
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v, do = (torch.randn(heads, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    ref = [t.float().requires_grad_() for t in (q, k, v)]
+    s = ref[0] @ ref[1].transpose(-1, -2) * d**-0.5
+    if causal:
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+    lse_ref = torch.logsumexp(s, -1)
+    o_ref = torch.softmax(s, -1) @ ref[2]
+    if kind == "fwd":
+        o, lse = torch.empty_like(q), torch.empty(heads, n, device="cuda", dtype=torch.float32)
+        flash_gluon_fwd.forward(q, k, v, o, lse, d**-0.5, causal, name)
+        return max(_rel(o, o_ref), (lse - lse_ref).abs().max().item())
+    o_ref.backward(do.float())
+    ft.BWD_GLUON128 = name
+    got = ft.backward_kernels(do, q, k, v, o_ref.detach().to(q.dtype), lse_ref.detach(), causal, "gluon_ws")
+    return max(_rel(g, r.grad) for g, r in zip(got, ref, strict=True))
+
+
+def probe_all(path: str, limit: int) -> None:
+    """Every config's probe in its own process, all at once, each within ``limit`` s; ``path``: the passed ones."""
+    jobs = [(kind, name, causal) for kind, mod in (("fwd", flash_gluon_fwd), ("bwd", flash_gluon_bwd128))
+            for name in mod.CONFIGS for causal in (True, False)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "--probe-one", kind, name, str(int(causal))], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        for kind, name, causal in jobs
+    ]  # fmt: skip
+    passed = []
+    for (kind, name, causal), proc in zip(jobs, procs, strict=True):
+        try:
+            out, _ = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = "timed out"
+        last = out.strip().splitlines()[-1] if out.strip() else ""
+        ok = proc.returncode == 0 and last.startswith("err ") and float(last.split()[1]) < 2e-2
+        print(f"probe {kind} {name} causal={causal}: {'ok' if ok else 'FAILED'} {last[:300]}", flush=True)
+        if ok:
+            passed.append([kind, name, causal])
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(passed, f)
+
+
+def screen_case(seq: int, causal: bool, heads: int, warmup: int, rep: int, allowed=None) -> list[dict]:
+    """Rows of one (seq, mask): kind fwd / bwd, impl, ms, TFLOP/s, error against the Triton kernels' result."""
+    d = 128
+    gen = torch.Generator(device="cuda").manual_seed(seq + causal)
+    q, k, v, do = (torch.randn(1, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    q3, k3, v3, do3 = (t.view(heads, seq, d) for t in (q, k, v, do))
+    fwd_flops = 4.0 * heads * seq * seq * d / (2 if causal else 1)
+    base = {"seq": seq, "causal": causal, "heads": heads, "d_head": d, "device": torch.cuda.get_device_name()}
+    rows = []
+
+    def add(kind, impl, fn, err=float("nan"), grads=None):
+        ok = math.isfinite(err) or impl in ("sdpa", "triton")
+        ms = do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grads, return_mode="median") if ok else float("nan")
+        flops = fwd_flops * (2.5 if kind == "bwd" else 1.0)
+        row = {**base, "kind": kind, "impl": impl, "ms": ms, "tflops": flops / ms / 1e9, "err": err}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    sq, sk, sv = (t.clone().requires_grad_() for t in (q, k, v))
+    add("fwd", "sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    out = F.scaled_dot_product_attention(sq, sk, sv, is_causal=causal)
+    add("bwd", "sdpa", lambda: out.backward(do, retain_graph=True), grads=[sq, sk, sv])
+
+    o_ref, lse_ref = ft.forward_kernels(q3, k3, v3, causal, tma=False)  # the Triton forward
+    add("fwd", "triton", lambda: ft.forward_kernels(q3, k3, v3, causal, tma=False))
+    for name in flash_gluon_fwd.CONFIGS:
+        if allowed is not None and ["fwd", name, causal] not in allowed:
+            continue
+        o, lse = torch.empty_like(q3), torch.empty(heads, seq, device="cuda", dtype=torch.float32)
+        try:
+            flash_gluon_fwd.forward(q3, k3, v3, o, lse, d**-0.5, causal, name)
+            torch.cuda.synchronize()
+            err = max(_rel(o, o_ref), (lse - lse_ref).abs().max().item())
+            err = err if err < 2e-2 else float("inf")
+        except Exception as e:  # a config that fails to compile or run is a result
+            print(f"fwd {name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+            err = float("inf")
+        add("fwd", f"gluon:{name}", lambda n=name, o=o, lse=lse: flash_gluon_fwd.forward(q3, k3, v3, o, lse, d**-0.5, causal, n), err)  # fmt: skip
+
+    want = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma")
+    add("bwd", "triton", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma"))
+    kept = ft.BWD_GLUON128
+    for name in flash_gluon_bwd128.CONFIGS:
+        if allowed is not None and ["bwd", name, causal] not in allowed:
+            continue
+        ft.BWD_GLUON128 = name
+        try:
+            got = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws")
+            torch.cuda.synchronize()
+            err = max(_rel(g, w) for g, w in zip(got, want, strict=True))
+            err = err if err < 1e-2 else float("inf")
+        except Exception as e:
+            print(f"bwd {name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+            err = float("inf")
+        add("bwd", f"gluon:{name}", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws"), err)  # fmt: skip
+        ft.BWD_GLUON128 = kept
+    return rows
+
+
+def best_configs(rows: list[dict]) -> dict:
+    """Per kind, the Gluon config correct in every case with the highest geometric mean of SDPA's time over its
+    own, if that beats the Triton kernel's; as FLASH_TRITON_CONFIGS entries, with the means."""
+    sdpa = {(r["kind"], r["seq"], r["causal"]): r["ms"] for r in rows if r["impl"] == "sdpa"}
+    score: dict[tuple, list] = {}
+    for r in rows:
+        if r["impl"] != "sdpa":
+            score.setdefault((r["kind"], r["impl"]), []).append(sdpa[r["kind"], r["seq"], r["causal"]] / r["ms"])
+    means = {key: math.exp(sum(map(math.log, v)) / len(v)) for key, v in score.items() if all(map(math.isfinite, v))}
+    out: dict = {"means": {f"{k}:{i}": round(m, 3) for (k, i), m in means.items()}}
+    for kind, key in (("fwd", "fwd_gluon"), ("bwd", "bwd_gluon128")):
+        gluon = {i: m for (k, i), m in means.items() if k == kind and i.startswith("gluon:")}
+        if gluon and max(gluon.values()) > means.get((kind, "triton"), 0.0):
+            name = max(gluon, key=gluon.get).removeprefix("gluon:")
+            out[key] = {"128": name} if kind == "fwd" else name
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seq", nargs="+", type=int, default=[4096, 16384])
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--out", default=None, help="JSONL of every row")
+    p.add_argument("--best", default=None, help="JSON: the fastest correct configs (FLASH_TRITON_CONFIGS form)")
+    p.add_argument("--probe", default=None, help="only probe every config (own processes); JSON of those passed")
+    p.add_argument("--probe-limit", type=int, default=150, help="seconds a probe may take, compile included")
+    p.add_argument("--probed", default=None, help="screen only the configs this --probe file lists")
+    p.add_argument("--probe-one", nargs=3, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.probe_one:
+        kind, name, causal = args.probe_one
+        print(f"err {probe(kind, name, causal == '1'):.3e}")
+        return 0
+    if args.probe:
+        probe_all(args.probe, args.probe_limit)
+        return 0
+    allowed = None
+    if args.probed:
+        with open(args.probed, encoding="utf-8") as f:
+            allowed = json.load(f)
+    rows = []
+    for causal in (True, False):
+        for seq in args.seq:
+            rows += screen_case(seq, causal, args.heads, args.warmup, args.rep, allowed)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    sdpa = {(r["kind"], r["seq"], r["causal"]): r["ms"] for r in rows if r["impl"] == "sdpa"}
+    print("| kind | causal | seq | impl | ms | TFLOP/s | SDPA ms / ours | err |")
+    print("|---|---|---:|---|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = sdpa[r["kind"], r["seq"], r["causal"]] / r["ms"]
+        print(f"| {r['kind']} | {r['causal']} | {r['seq']} | {r['impl']} | {r['ms']:.3f} | {r['tflops']:.0f} | "
+              f"{ratio:.3f} | {r['err']:.1e} |")  # fmt: skip
+    best = best_configs(rows)
+    print(json.dumps(best))
+    if args.best:
+        with open(args.best, "w", encoding="utf-8") as f:
+            json.dump({k: v for k, v in best.items() if k != "means"}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

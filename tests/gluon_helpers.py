@@ -1,0 +1,41 @@
+"""What the Gluon kernels' tests share: whether Gluon and an sm_90 GPU are here, and ptxas's word on a kernel."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def gluon_available() -> bool:
+    try:
+        import triton.experimental.gluon.language  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def sm90() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+def ptxas_spills(ptx: str, folder: Path) -> tuple[list[int], str]:
+    """Assemble ``ptx`` for sm_90a with the ptxas that Triton ships (skip where it ships none): the spill-store
+    bytes of each function and ptxas's verbose output. Fails when ptxas fails, or serializes a wgmma (warnings
+    C7512/C7515: the kernel would run, far slower)."""
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip("ptxas not shipped with this triton")
+    (folder / "k.ptx").write_text(ptx)
+    out = subprocess.run(
+        [ptxas, "-arch=sm_90a", "-v", folder / "k.ptx", "-o", folder / "k.cubin"], capture_output=True, text=True
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "C7512" not in out.stderr and "C7515" not in out.stderr, out.stderr[-2000:]
+    return [int(x) for x in re.findall(r"(\d+) bytes spill stores", out.stderr)], out.stderr[-2000:]
