@@ -61,7 +61,7 @@ def test_report_shows_one_row_per_numbered_pattern():
     ranges = _ranges(names, [100] * 6 + [1_000], [50] * 7, [1.0] * 7)
     summary = pd.DataFrame([{"kernels": 70, "launched_ops": 70}])
     empty = pd.DataFrame(columns=["range"])
-    tables = {"range_groups": ranges, "ranges": ranges, "summary": summary, "phases": empty,
+    tables = {"range_groups": ranges, "range_names": ranges[["range"]], "summary": summary, "phases": empty,
               "range_group_kernels": empty}  # fmt: skip
     from profiler_kit.build import TraceResult
 
@@ -169,7 +169,7 @@ def test_members_of_numbered_ranges_expand_in_html():
     assert members["range"].tolist() == ["layer_1", "layer_2", "layer_10"]
     assert members["pattern"].unique().tolist() == ["layer_{n}"] and members["cpu_total_ns"].tolist() == [10, 20, 30]
     empty = pd.DataFrame(columns=["range"])
-    tables = {"range_groups": ranges, "ranges": ranges, "summary": pd.DataFrame([{"kernels": 300, "launched_ops": 300}]),
+    tables = {"range_groups": ranges, "range_names": ranges[["range"]], "summary": pd.DataFrame([{"kernels": 300, "launched_ops": 300}]),
               "phases": empty, "range_group_kernels": empty}  # fmt: skip
     sec = ranges_section(TraceResult(label="t", source="t", meta={}, tables=tables), top=10)
     detail = next(t for t in sec.tables if t.collapsed)

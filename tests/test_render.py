@@ -138,7 +138,7 @@ def trace_section_figures(kernels: pd.DataFrame):
         "summary": summary,
         "kernels": kernels,
         "categories": categories,
-        "ranges": pd.DataFrame(columns=["range"]),
+        "range_names": pd.DataFrame(columns=["range"]),
     }
     res = TraceResult(label="t", source="t.json", meta={}, tables=tables)
     return trace_section(res, top=10).figures

@@ -70,7 +70,7 @@ def ref_sequences(ops, lengths, top, runtime=None, ranges=None) -> pd.DataFrame:
     """Every window of n consecutive kernels on one stream, by names; ranked by total time, ties by where the
     names first appear among all windows of the kernel order (streams one after another, as the ids are
     numbered); each kept (2 occurrences or more), its occurrences sampled evenly, their stacks' most common
-    innermost names and shared outer stack."""
+    innermost names (one name when all kernels share it) and shared outer stack."""
     order = ref_order(ops)
     labels = ops["name"].astype(object).tolist()
     names = [str(labels[i]) for i in order]
@@ -103,7 +103,8 @@ def ref_sequences(ops, lengths, top, runtime=None, ranges=None) -> pd.DataFrame:
                     per_kernel = [stack_of(i) for i in order[starts[p] : starts[p] + n]]
                     if None in per_kernel:
                         continue
-                    by[" -> ".join(s[-1] if s else NO_RANGE for s in per_kernel)] += 1
+                    launchers = [s[-1] if s else NO_RANGE for s in per_kernel]  # named once when all the same
+                    by[launchers[0] if len(set(launchers)) == 1 else " -> ".join(launchers)] += 1
                     common = per_kernel[0]
                     for s in per_kernel[1:]:
                         k = 0
