@@ -73,7 +73,7 @@ def kernel_sequences(
                 continue
             starts = starts_of[int(k)]
             at = starts[0]  # the first occurrence
-            seq = " -> ".join(str(labels[c]) for c in names[at : at + n])
+            seq = " -> ".join(str(labels[c]) if c >= 0 else "" for c in names[at : at + n])
             rows.append(
                 [n, seq, int(count[k]), int(time[k]), time[k] / all_ns if all_ns else np.nan, time[k] / count[k]]
             )
@@ -276,6 +276,7 @@ def _window_ids(names: np.ndarray, n: int) -> np.ndarray:
     instead of one per added name (n - 1).
     """
     m = len(names) - n + 1
+    names = names + 1  # a kernel without a name (code -1) is digit 0: no digit negative, no two windows one key
     base = int(names.max()) + 1
     if base**n < 2**63:
         key = names[:m].copy()

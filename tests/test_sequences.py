@@ -188,3 +188,12 @@ def test_matches_hta_frequent_sequences(name):
     assert row["occurrences"] == top["count"]
     assert row["total_ns"] == round(top["gpu_us"] * 1000)
     assert row["op_stack"].split(" > ")[-1] == root
+
+
+def test_window_ids_keep_windows_with_a_nameless_kernel_apart():
+    """Name code -1 (no name) must not make two different windows one key: (0, -1) and (-1, 1) once packed as
+    0 * 2 - 1 = -1 and -1 * 2 + 1 = -1."""
+    from profiler_kit.analyze.sequences import _window_ids
+
+    ids = _window_ids(np.array([0, -1, 1, 0, -1], dtype=np.int64), 2)  # windows (0,-1) (-1,1) (1,0) (0,-1)
+    assert ids.tolist() == [0, 1, 2, 0]
