@@ -243,6 +243,17 @@ def read_metadata(exp: Export) -> dict:
     return meta
 
 
+def export_meta(path: Path, version: str, meta: dict) -> dict:
+    """A trace's meta from the export's META_DATA_EXPORT rows (``read_metadata``) and checked schema version."""
+    return {
+        "source": str(path),
+        "format": "nsys-sqlite",
+        "schema_version": version,
+        "nsys_version": str(meta.get("EXPORT_PRODUCT_VERSION", "unknown")),
+        "platform": str(meta.get("EXPORT_PLATFORM", meta.get("EXPORT_OS", ""))),
+    }
+
+
 def check_schema_version(path: Path, meta: dict) -> str:
     """Return the schema version, refusing majors this reader was not written for."""
     version = str(meta.get("EXPORT_SCHEMA_VERSION", "")).strip()
@@ -685,15 +696,7 @@ def read_nsys_sqlite(
         if exp.has(RUNTIME_TABLE):
             pending["runtime"] = exp.soon(read_runtime, exp, strings, details)
         memop_tables = {t: exp.select_soon(t, spec) for t, spec in MEMOP_TABLES.items() if exp.has(t)}
-        trace = Trace(
-            meta={
-                "source": str(path),
-                "format": "nsys-sqlite",
-                "schema_version": version,
-                "nsys_version": str(meta.get("EXPORT_PRODUCT_VERSION", "unknown")),
-                "platform": str(meta.get("EXPORT_PLATFORM", meta.get("EXPORT_OS", ""))),
-            }
-        )
+        trace = Trace(meta=export_meta(path, version, meta))
         optional = {
             "nvtx": read_nvtx(exp, strings, details) if exp.has(NVTX_TABLE) else None,
             "gpus": read_gpus(exp),

@@ -561,7 +561,7 @@ def analyze_windows(
     ``on_window(done, windows)`` is called after each window (for a progress bar); the spill files go in a
     temporary folder under ``scratch`` (default: the system's), removed at the end.
     """
-    from profiler_kit.analyze.nsys_sqlite import _strings
+    from profiler_kit.analyze.nsys_sqlite import _strings, export_meta
 
     path = Path(path)
     exp = Export(path)
@@ -571,13 +571,7 @@ def analyze_windows(
         if exp.has(GRAPH_TRACE_TABLE) or exp.graph_column is not None:
             raise InputError(f"{path}: CUDA graphs are traced in it; a windowed report does not take them yet")
         strings = _strings(exp)
-        meta = {
-            "source": str(path),
-            "format": "nsys-sqlite",
-            "schema_version": version,
-            "nsys_version": str(meta_rows.get("EXPORT_PRODUCT_VERSION", "unknown")),
-            "platform": str(meta_rows.get("EXPORT_PLATFORM", meta_rows.get("EXPORT_OS", ""))),
-        }
+        meta = export_meta(path, version, meta_rows)
         gpu_rows = read_gpus(exp)
         gpus = Trace() if gpu_rows is None else Trace(gpus=gpu_rows).validated()
         with tempfile.TemporaryDirectory(prefix="profiler-kit-windows-", dir=scratch) as folder:

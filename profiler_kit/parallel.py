@@ -256,31 +256,46 @@ def key_of(item) -> str:
 def _on_dask(client, fn, items, key, on_done, skip, errors, retries) -> list:
     from distributed import as_completed
 
-    results: list = [None] * len(items)
-    done = [False] * len(items)
+    order = _InOrder(items, key, on_done, skip)
     futures = client.map(functools.partial(_guarded, fn, errors), items, pure=False, retries=retries)
     index = {f.key: i for i, f in enumerate(futures)}
-    out, next_i = [], 0
     try:
         for fut in as_completed(futures, loop=client.loop):
             i = index[fut.key]
-            results[i] = _outcome(fut, key(items[i]))
-            done[i] = True
-            if on_done and not isinstance(results[i], _Failed):
-                on_done(items[i])
-            while next_i < len(items) and done[next_i]:  # hand on in item order, as the loop does
-                res = results[next_i]
-                results[next_i] = None
-                if isinstance(res, _Failed):
-                    if skip is None:
-                        raise res.error
-                    skip(key(items[next_i]), res.error)
-                else:
-                    out.append(res)
-                next_i += 1
+            order.settle(i, _outcome(fut, key(items[i])))
     finally:
         client.cancel(futures)
-    return out
+    return order.out
+
+
+class _InOrder:
+    """Results as their tasks end, handed on in item order as the in-process loop does: what was read to
+    ``out`` (``on_done`` called as each ends), what could not be to ``skip`` (raised without it)."""
+
+    def __init__(self, items, key, on_done, skip):
+        self.items, self.key, self.on_done, self.skip = items, key, on_done, skip
+        self.results: list = [None] * len(items)
+        self.done = [False] * len(items)
+        self.out: list = []
+        self.handed = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.handed >= len(self.items)
+
+    def settle(self, i: int, res) -> None:
+        self.results[i], self.done[i] = res, True
+        if self.on_done and not isinstance(res, _Failed):
+            self.on_done(self.items[i])
+        while not self.complete and self.done[self.handed]:
+            res, self.results[self.handed] = self.results[self.handed], None
+            if isinstance(res, _Failed):
+                if self.skip is None:
+                    raise res.error
+                self.skip(self.key(self.items[self.handed]), res.error)
+            else:
+                self.out.append(res)
+            self.handed += 1
 
 
 def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retries) -> list:
@@ -289,8 +304,6 @@ def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retr
     neither waits while the other has work left. This process reads from the start, while the cluster starts.
     """
     n = len(items)
-    results: list = [None] * n
-    done = [False] * n
     lock = threading.Lock()
     state = {"next": 0, "stop": False}
     finished: queue.SimpleQueue = queue.SimpleQueue()  # (index, future) of the cluster's tasks, as they end
@@ -312,31 +325,15 @@ def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retr
         futures[i] = fut
         fut.add_done_callback(lambda f, i=i: (finished.put((i, f)), feed(client)))  # on Dask's callback thread
 
-    out: list = []
-    handed = 0  # items handed on in order
-
-    def settle(i: int, res) -> None:
-        nonlocal handed
-        results[i], done[i] = res, True
-        if on_done and not isinstance(res, _Failed):
-            on_done(items[i])
-        while handed < n and done[handed]:  # hand on in item order, as the loop does
-            res, results[handed] = results[handed], None
-            if isinstance(res, _Failed):
-                if skip is None:
-                    raise res.error
-                skip(key(items[handed]), res.error)
-            else:
-                out.append(res)
-            handed += 1
+    order = _InOrder(items, key, on_done, skip)
 
     def drain(block: bool) -> None:
-        while handed < n:
+        while not order.complete:
             try:
                 i, fut = finished.get(block=block)
             except queue.Empty:
                 return
-            settle(i, _outcome(fut, key(items[i])))
+            order.settle(i, _outcome(fut, key(items[i])))
             block = False
 
     fed = False
@@ -354,9 +351,9 @@ def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retr
                 res = local(items[i])
             except errors as err:
                 res = _Failed(err)
-            settle(i, res)
+            order.settle(i, res)
             drain(block=False)
-        while handed < n:  # what the cluster still runs
+        while not order.complete:  # what the cluster still runs
             drain(block=True)
     finally:
         with lock:
@@ -366,7 +363,7 @@ def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retr
             session._client.client.cancel(pending)
     if not fed and session._start_error is not None:
         sys.stderr.write(f"Warning: the local Dask cluster did not start ({session._start_error}); all read here\n")
-    return out
+    return order.out
 
 
 def _preload_forkserver() -> None:
