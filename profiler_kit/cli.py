@@ -188,14 +188,16 @@ def progress_bar(length: int, label: str, shown: bool = True):
 
 
 class WindowProgress:
-    """One progress bar over the time windows of an export read in windows, opened once their number is known."""
+    """One progress bar over the time windows of an export read in windows, opened once their number is known
+    (none with ``shown`` false: --no-progress)."""
 
-    def __init__(self):
+    def __init__(self, shown: bool = True):
+        self.shown = shown
         self.bar, self.opened, self.done = None, None, 0
 
     def __call__(self, done: int, windows: int) -> None:
         if self.opened is None:
-            self.opened = progress_bar(windows, "Windows")
+            self.opened = progress_bar(windows, "Windows", self.shown)
             self.bar, self.done = self.opened.__enter__(), 0
         self.bar.update(done - self.done)
         self.done = done
@@ -485,7 +487,7 @@ def report(
     prefetched = None
     from profiler_kit.analyze.windowing import WINDOW_ROWS, Windowing
 
-    windowing = Windowing(window, window_rows or WINDOW_ROWS, WindowProgress())
+    windowing = Windowing(window, window_rows or WINDOW_ROWS, WindowProgress(progress))
     one_windowed = len(paths) == 1 and Path(paths[0]).is_file() and windowing.applies(Path(paths[0]))
     if len(paths) == 1 and scheduler is None and not one_windowed:  # one big export: its reading starts now
         with importing():  # the early read imports numpy before it forks its reader
