@@ -204,7 +204,7 @@ def test_one_progress_bar_over_the_windows_of_each_export(monkeypatch):
         def update(self, n):
             self.steps.append(n)
 
-    def progress_bar(length, label):
+    def progress_bar(length, label, shown=True):
         bars.append(Bar(length))
         return contextlib.nullcontext(bars[-1])
 
