@@ -43,8 +43,6 @@ TRACE_JSON_HINTS = (
     ("head", b'"ph"'),  # Chrome's array of events: [{"ph": "X", ...}, ...]
 )
 SNIFF_BYTES = 4096
-# What reading or analysing one bad file may raise; a batch lists the file and goes on.
-READ_ERRORS = (InputError, OSError, MemoryError, RecursionError)
 
 
 @dataclass(frozen=True)

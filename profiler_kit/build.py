@@ -652,7 +652,7 @@ def analyze_sources(
 
     ``cache``, an ``analyze.trace_cache.CacheWriter``, keeps big exports' tables beside them for the next report.
     ``skip(path, error)``, when given, takes each source that cannot be read, which is left out
-    (``analyze.sources.READ_ERRORS``); without it the first such error is raised. ``session``, a
+    (``analyze.errors.READ_ERRORS``); without it the first such error is raised. ``session``, a
     ``profiler_kit.parallel.Session``, says where the work runs (default: in this process); on Dask each source
     is one task. The results are the same, in the order of ``sources``. ``prefetched``: reads started early
     (``analyze.nsys_prefetch.Prefetch``), taken by the reader of their export (in this process only). ``top``:

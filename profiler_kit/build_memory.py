@@ -90,7 +90,7 @@ def load_snapshots(
     ``<run_id>/memory.pickle``, the folder's name). Labels are made unique.
     ``skip(path, error)``, when given, takes each snapshot that cannot be read, which is left out.
     """
-    from profiler_kit.analyze.sources import READ_ERRORS
+    from profiler_kit.analyze.errors import READ_ERRORS
 
     if labels and len(labels) != len(paths):
         raise InputError(f"{len(labels)} labels given for {len(paths)} snapshots; give one --label per snapshot")

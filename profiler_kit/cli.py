@@ -307,7 +307,7 @@ RUN_TRACES = ("trace.json.gz", "trace.sqlite")  # what build_sweep.read_run_trac
 def readable_runs(run_dirs: list[Path], skips: Skips) -> list[Path]:
     """The record folders the sweep tables can use: run.json readable (else a skipped input) and the trace
     not skipped already (the sweep tables read both again; a run whose trace failed is left out of them)."""
-    from profiler_kit.analyze.sources import READ_ERRORS
+    from profiler_kit.analyze.errors import READ_ERRORS
     from profiler_kit.build_sweep import load_runs
 
     failed = {Path(s.path).parent for s in skips.skipped if Path(s.path).name in RUN_TRACES}
@@ -367,6 +367,15 @@ def session(paths: list, workers: int | None, scheduler: str | None):
     from profiler_kit.parallel import Session, default_workers
 
     return Session(default_workers(paths) if workers is None and scheduler is None else workers or 1, scheduler)
+
+
+def forkserver_soon(workers: int | None, scheduler: str | None) -> None:
+    """With --workers N > 1, start the local cluster's forkserver now, its imports beside this command's
+    (``parallel.start_forkserver``)."""
+    if scheduler is None and workers is not None and workers > 1:
+        from profiler_kit.parallel import start_forkserver
+
+        start_forkserver()
 
 
 def single_file(paths) -> bool:
@@ -484,6 +493,7 @@ def report(
     Example: profiler-kit report outputs/nsys/ -o reports/nsys
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
+    forkserver_soon(workers, scheduler)
     prefetched = None
     from profiler_kit.analyze.windowing import WINDOW_ROWS, Windowing
 
@@ -993,6 +1003,7 @@ def ddp_report(folder, out_dir, fmt, no_html, top, stem, strict, workers, schedu
     Example: profiler-kit ddp-report reports/ddp -o reports/ddp
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
+    forkserver_soon(workers, scheduler)
     with importing():
         from profiler_kit.build_ddp import build_ddp_report, ddp_trace_items, load_ddp_inputs
         from profiler_kit.output import render_report_files
@@ -1091,6 +1102,7 @@ def diff(
     Example: profiler-kit diff base.sqlite new.sqlite --fail-on 'step>+3%' --fail-on 'category:gemm>+5%'
     """
     process.tune_report()  # before numpy is imported: profiler_kit/process.py
+    forkserver_soon(workers, scheduler)
     with importing():  # big exports start being read now, beside the imports below (as report does)
         from profiler_kit.analyze.nsys_prefetch import Prefetch
         from profiler_kit.analyze.trace_cache import CacheWriter, prefetch_uncached

@@ -24,8 +24,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from profiler_kit.analyze.errors import InputError
-from profiler_kit.analyze.sources import READ_ERRORS
+from profiler_kit.analyze.errors import READ_ERRORS, InputError
 
 # Below this many bytes of input the default stays in this process. Measured with spawned workers and no reading
 # here meanwhile, on a 2-core machine under load ~9: a cluster took 4.2 s to start, 2.2 s to close, ~3 CPU-s per
@@ -56,6 +55,13 @@ WORKER_PRELOAD = (
     "profiler_kit.analyze.kineto",
     "profiler_kit.analyze.breakdown",
 )
+# CPU-s per MiB of input by how its name ends, for the order inputs are handed out in (``costliest_first``);
+# report of the shared captures on the 2-core VM, 2026-11-27: nsys SQLite exports 0.024-0.06, Kineto JSON
+# 0.12-0.15 (two traces, gunzipped), the same gzipped 1.5-2.8. Any other file as an export.
+COST_PER_MIB = {".sqlite": 0.04, ".json": 0.13, ".json.gz": 2.0, "": 0.04}
+# Tasks a local worker holds at once: one runs, one waits, so the next starts without a round trip through this
+# process (each took 20-80 ms under load).
+QUEUED = 2
 SCHEDULER_TIMEOUT_S = 10  # connecting to --scheduler; an address nothing listens on fails after this
 
 
@@ -299,14 +305,16 @@ class _InOrder:
 
 
 def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retries) -> list:
-    """Items shared between this process and the local cluster: each side takes the next item when it is free
-    (the cluster's workers one at a time each, fed from Dask's callback thread as their tasks finish), so
-    neither waits while the other has work left. This process reads from the start, while the cluster starts.
+    """Items shared between this process and the local cluster, the costliest first (``costliest_first``): each
+    side takes the next item when it is free, so neither waits while the other has work left. This process reads
+    from the start; the cluster's workers are fed as soon as it has started (not when this process ends its
+    current item), ``QUEUED`` tasks each, topped up from Dask's callback thread as their tasks finish.
     """
     n = len(items)
-    lock = threading.Lock()
+    turn = costliest_first(items, key)
+    lock = threading.RLock()
     state = {"next": 0, "stop": False}
-    finished: queue.SimpleQueue = queue.SimpleQueue()  # (index, future) of the cluster's tasks, as they end
+    finished: queue.SimpleQueue = queue.SimpleQueue()  # (index, result) of the cluster's tasks, as they end
     futures: dict = {}
     task = functools.partial(_guarded, fn, errors)
 
@@ -315,38 +323,48 @@ def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retr
             if state["stop"] or state["next"] >= n:
                 return None
             state["next"] += 1
-            return state["next"] - 1
+            return turn[state["next"] - 1]
 
     def feed(client) -> None:
-        i = take()
-        if i is None:
-            return
-        fut = client.submit(task, items[i], pure=False, retries=retries)
-        futures[i] = fut
-        fut.add_done_callback(lambda f, i=i: (finished.put((i, f)), feed(client)))  # on Dask's callback thread
+        with lock:  # submitted under the lock: none after the stop below
+            i = take()
+            if i is None:
+                return
+            fut = futures[i] = client.submit(task, items[i], pure=False, retries=retries)
+        fut.add_done_callback(lambda f, i=i: fetch(client, i, f))
+
+    def fetch(client, i: int, fut) -> None:
+        """On Dask's callback thread as a task ends: the next one submitted, then this one's result brought
+        here, so that this process's reading never waits for it (fetched between its items, each result cost
+        it 0.1-0.3 s under load)."""
+        feed(client)
+        try:
+            finished.put((i, _outcome(fut, key(items[i]))))
+        except BaseException as err:  # an interrupt _outcome raises: raised by the map
+            finished.put((i, err))
+
+    def feed_once_started() -> None:
+        session._starting.join()
+        client = session.ready_client()
+        for _ in range(QUEUED * (session.workers - 1) if client is not None else 0):
+            feed(client)
 
     order = _InOrder(items, key, on_done, skip)
 
     def drain(block: bool) -> None:
         while not order.complete:
             try:
-                i, fut = finished.get(block=block)
+                i, res = finished.get(block=block)
             except queue.Empty:
                 return
-            order.settle(i, _outcome(fut, key(items[i])))
+            if isinstance(res, BaseException):
+                raise res
+            order.settle(i, res)
             block = False
 
-    fed = False
+    threading.Thread(target=feed_once_started, name="profiler-kit-feed", daemon=True).start()
     try:
-        while True:
-            client = None if fed else session.ready_client()
-            if client is not None:
-                fed = True
-                for _ in range(session.workers - 1):
-                    feed(client)
-            i = take()
-            if i is None:
-                break
+        while (i := take()) is not None:
             try:
                 res = local(items[i])
             except errors as err:
@@ -358,12 +376,44 @@ def _shared(session: Session, fn, local, items, key, on_done, skip, errors, retr
     finally:
         with lock:
             state["stop"] = True
-        pending = [f for f in futures.values() if not f.done()]
+            pending = [f for f in futures.values() if not f.done()]
         if pending:
             session._client.client.cancel(pending)
-    if not fed and session._start_error is not None:
+    if not futures and session._start_error is not None:
         sys.stderr.write(f"Warning: the local Dask cluster did not start ({session._start_error}); all read here\n")
     return order.out
+
+
+def costliest_first(items: list, key: Callable) -> list[int]:
+    """Indices of ``items``, the costliest to read first (``COST_PER_MIB`` by the size of the file ``key(item)``
+    names; items that name no file last, in order), so that a map ends on short items: on 2 processes, 32 inputs
+    in their order ended with one side idle for an export's whole read."""
+
+    def cost(i: int) -> float:
+        path = key(items[i])
+        if not isinstance(path, os.PathLike):
+            return 0.0
+        try:
+            size = os.stat(path).st_size
+        except OSError:  # unreadable: its reading says why
+            return 0.0
+        name = os.fspath(path)
+        per_mib = next((c for end, c in COST_PER_MIB.items() if name.endswith(end)), COST_PER_MIB[""])
+        return size / 2**20 * per_mib
+
+    return sorted(range(len(items)), key=lambda i: -cost(i))
+
+
+def start_forkserver() -> None:
+    """Start the server the local cluster's workers fork from, so that its imports (``WORKER_PRELOAD``, 1-2 CPU-s)
+    run while this process has its own to do (a command with --workers N calls it first) or starts the scheduler
+    (the cluster's start does), not after: Dask starts it when the first worker is asked for."""
+    if LOCAL_WORKER_CONFIG["distributed.worker.multiprocessing-method"] != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    forkserver.set_forkserver_preload(list(WORKER_PRELOAD))
+    forkserver.ensure_running()
 
 
 def _preload_forkserver() -> None:
@@ -403,6 +453,8 @@ class _client:
     def __enter__(self):
         import logging
 
+        if not self.scheduler:
+            start_forkserver()
         from distributed import Client, LocalCluster
 
         if self.scheduler:

@@ -252,7 +252,7 @@ def _kill_a_busy_worker(cluster: Cluster, proc) -> str | None:
         busy = cluster.client.processing()
         names = {addr: info["name"] for addr, info in cluster.client.scheduler_info()["workers"].items()}
         for addr, keys in busy.items():
-            if keys:
+            if keys and addr in names:  # a worker that registered between the two calls: seen next time
                 name = names[addr]
                 cluster.workers[name].send_signal(signal.SIGKILL)
                 return name
