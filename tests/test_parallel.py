@@ -334,6 +334,50 @@ def test_local_cluster_and_this_process_share_the_inputs_each_counted_once():
     assert os.getpid() in {pid for pid, _ in got} and len({pid for pid, _ in got}) == 2
 
 
+def _mark(folder: str, x: int) -> int:
+    (Path(folder) / f"{x}.done").touch()
+    return x
+
+
+@pytest.mark.slow
+def test_local_cluster_fed_while_this_process_still_reads(tmp_path):
+    """The cluster's workers get items as soon as it has started, not when this process ends the item it reads:
+    this process's first item waits for a worker's mark, which never came while the feeding waited for it."""
+    import functools
+
+    from profiler_kit.parallel import Session
+
+    task = functools.partial(_mark, str(tmp_path))
+    waited = []
+
+    def here(x):
+        if not waited:
+            end = time.monotonic() + WAIT_S
+            while not any(tmp_path.glob("*.done")) and time.monotonic() < end:
+                time.sleep(0.05)
+            waited.append(sorted(p.name for p in tmp_path.glob("*.done")))
+        return x
+
+    with Session(workers=2) as session:
+        got = session.map(task, range(6), local=here)
+    assert got == list(range(6))
+    assert waited[0], "no item ran on the cluster while this process read its first"
+
+
+def test_costliest_inputs_handed_out_first(tmp_path):
+    """Order by the estimated cost of reading (``COST_PER_MIB`` times size): a gzipped trace costs ~50 times an
+    export of the same size; what names no readable file goes last, in its order."""
+    from profiler_kit.parallel import costliest_first
+
+    sizes = {"small.sqlite": 10_000, "big.sqlite": 200_000, "trace.json.gz": 10_000, "trace.json": 10_000}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    items = [tmp_path / "small.sqlite", "not a path", tmp_path / "missing.sqlite", tmp_path / "trace.json",
+             tmp_path / "big.sqlite", tmp_path / "trace.json.gz"]  # fmt: skip
+    order = [items[i] for i in costliest_first(items, key=lambda item: item)]
+    assert order == [items[5], items[4], items[3], items[0], items[1], items[2]]
+
+
 def test_progress_bar_only_on_a_terminal(tmp_path):
     """The bar is drawn on a terminal's stderr (here a pseudo-terminal), not with --no-progress, never in a pipe."""
     import pty
