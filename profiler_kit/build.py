@@ -6,7 +6,6 @@ only chooses which tables and charts to show and words the findings.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -589,7 +588,7 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
 
         process.tune_windows()
 
-        done = analyze_windows(src.path, window.rows, window.on_window)
+        done = analyze_windows(src.path, window.rows, window.on_window, window.scratch)
         return TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
     from profiler_kit.analyze.arrays import distinct_values
     from profiler_kit.analyze.breakdown import analyze_trace
@@ -627,6 +626,10 @@ def analyze_item(
     share of a markdown report of 32 shared captures was 0.20 CPU-s per trace (0.10 building, 0.10 rendering),
     3 ms with both done here (benchmarks/bench_workers.py --reduce). ``window``: as ``analyze_source``'s."""
     res = analyze_source(*item, cache=cache, prefetched=prefetched, window=window)
+    return _with_section(res, top, markdown)
+
+
+def _with_section(res: TraceResult, top: int | None, markdown: bool) -> TraceResult:
     if top is not None:
         res.section = trace_section(res, top)
         if markdown:
@@ -634,6 +637,28 @@ def analyze_item(
 
             prerender(res.section)
     return res
+
+
+WINDOW_TASK_RETRIES = 2  # a window task that fails (its worker lost) is run again this often before its export fails
+
+
+def windowed_on_dask(item: tuple, session, window, top: int | None = None, markdown: bool = False) -> TraceResult:
+    """One export read in time windows, its windows tasks of ``session`` (``analyze.window_tasks``); this
+    process makes the first pass and merges. A window that still fails after its retries fails the export
+    (raised: READ_ERRORS), naming the window."""
+    from profiler_kit import process
+    from profiler_kit.analyze.window_tasks import analyze_window_tasks
+
+    src, label = item
+    process.tune_windows()
+
+    def run(fn, jobs, on_done):
+        here = functools.partial(_window_here, fn)
+        return session.map(fn, jobs, local=here, key=str, on_done=on_done, retries=WINDOW_TASK_RETRIES)
+
+    done = analyze_window_tasks(src.path, run, window.rows, window.on_window, window.scratch)
+    res = TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
+    return _with_section(res, top, markdown)
 
 
 def analyze_sources(
@@ -667,7 +692,7 @@ def analyze_sources(
     done = (lambda item: on_each(item[0])) if on_each else None
     session = session or Session()
     if window is not None and session.on_dask:
-        window = dataclasses.replace(window, on_window=None)  # a callback of this process: not sent to workers
+        return _windows_as_tasks(items, session, window, done, skip, cache, top, markdown)
     return session.map_reading(
         functools.partial(analyze_item, top=top, markdown=markdown, window=window),
         items,
@@ -677,6 +702,66 @@ def analyze_sources(
         on_done=done,
         skip=skip,
     )
+
+
+def _window_here(fn, job):
+    """A window task that this process runs (it shares the windows with the local cluster): as on a worker,
+    retried, then one line naming the window."""
+    from profiler_kit.analyze.errors import InputError
+    from profiler_kit.analyze.sources import READ_ERRORS
+
+    tries = 0
+    while True:
+        try:
+            return fn(job)
+        except READ_ERRORS:
+            raise
+        except Exception as err:
+            tries += 1
+            if tries > WINDOW_TASK_RETRIES:
+                raise InputError(f"{job}: its task failed: {type(err).__name__}: {err}") from None
+
+
+def _windows_as_tasks(items, session, window, done, skip, cache, top, markdown) -> list[TraceResult]:
+    """``analyze_sources`` on Dask with windows wanted: each export read in windows has its windows shared out as
+    tasks (``windowed_on_dask``), one export after another; then the other inputs, one task each. Results and
+    skipped inputs are handed on in the inputs' order, as on the other paths."""
+    from profiler_kit.analyze.sources import READ_ERRORS
+    from profiler_kit.parallel import start_local_cluster
+
+    windowed = [i for i, (src, _) in enumerate(items) if window.applies(src.path)]
+    if windowed:
+        start_local_cluster(session)  # it starts while this process makes the first pass
+    results, failed = {}, {}
+    for i in windowed:
+        try:
+            results[i] = windowed_on_dask(items[i], session, window, top, markdown)
+        except READ_ERRORS as err:
+            if skip is None:
+                raise
+            failed[i] = err
+            continue
+        if done:
+            done(items[i])
+    rest = sorted(set(range(len(items))) - set(windowed))
+    by_path = {items[i][0].path: i for i in rest}
+    read = session.map_reading(
+        functools.partial(analyze_item, top=top, markdown=markdown),
+        [items[i] for i in rest],
+        cache=cache,
+        key=_path,
+        on_done=done,
+        skip=(lambda path, err: failed.setdefault(by_path[path], err)) if skip else None,
+    )
+    for res in read:
+        results[next(i for i in rest if i not in results and i not in failed)] = res
+    out = []
+    for i in range(len(items)):
+        if i in failed:
+            skip(_path(items[i]), failed[i])
+        elif i in results:
+            out.append(results[i])
+    return out
 
 
 def _path(item):

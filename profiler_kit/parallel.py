@@ -198,6 +198,13 @@ class Session:
         return False
 
 
+def start_local_cluster(session: Session) -> None:
+    """Start ``session``'s local cluster now, on a thread, where it will have one (``--workers N``, no scheduler):
+    it starts while this process works on something else first (the first pass over an export read in windows)."""
+    if session.scheduler is None and session.workers > 1:
+        session._start_local()
+
+
 def _with(fn, cache, prefetched, item):
     return fn(item, cache=cache, prefetched=prefetched)
 
