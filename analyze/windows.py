@@ -30,6 +30,9 @@ ranges, and the partial tables (distinct (name, duration) pairs, per-name sums).
 time, so a burst of kernels makes a fuller window. Exactness rests on one fact of CUDA: a kernel or copy starts
 after the call that launched it started; a trace where a clock runs backwards may match fewer launches here.
 The spill files (about 50 bytes a row) go to a temporary folder, removed at the end.
+
+The carries chain each window to the one before; ``analyze.window_tasks`` works them out beforehand so that the
+windows are independent tasks (``report --window --workers N`` or ``--scheduler``), merged into the same tables.
 """
 
 from __future__ import annotations

@@ -692,7 +692,7 @@ def analyze_sources(
     done = (lambda item: on_each(item[0])) if on_each else None
     session = session or Session()
     if window is not None and session.on_dask:
-        return _windows_as_tasks(items, session, window, done, skip, cache, top, markdown)
+        return _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top, markdown)
     return session.map_reading(
         functools.partial(analyze_item, top=top, markdown=markdown, window=window),
         items,
@@ -722,7 +722,7 @@ def _window_here(fn, job):
                 raise InputError(f"{job}: its task failed: {type(err).__name__}: {err}") from None
 
 
-def _windows_as_tasks(items, session, window, done, skip, cache, top, markdown) -> list[TraceResult]:
+def _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top, markdown) -> list[TraceResult]:
     """``analyze_sources`` on Dask with windows wanted: each export read in windows has its windows shared out as
     tasks (``windowed_on_dask``), one export after another; then the other inputs, one task each. Results and
     skipped inputs are handed on in the inputs' order, as on the other paths."""
@@ -749,6 +749,7 @@ def _windows_as_tasks(items, session, window, done, skip, cache, top, markdown) 
         functools.partial(analyze_item, top=top, markdown=markdown),
         [items[i] for i in rest],
         cache=cache,
+        prefetched=prefetched,
         key=_path,
         on_done=done,
         skip=(lambda path, err: failed.setdefault(by_path[path], err)) if skip else None,
