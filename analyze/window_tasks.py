@@ -225,6 +225,8 @@ def window_task(job: WindowJob) -> WindowPart:
     """One window reduced to partial tables (module docstring, 3)."""
     from profiler_kit import process
 
+    if _on_a_worker():
+        process.prepare_worker()
     process.tune_windows()
     exp, strings, nvtx = _opened(job.path, job.folder)
     rows = {t: read_pieces(*piece) for t, piece in job.tables.items()}
@@ -246,6 +248,17 @@ def window_task(job: WindowJob) -> WindowPart:
     keep = carried.index.to_numpy() if carried is not None else None
     ranges.evict(job.before, keep=keep)
     return WindowPart(job.window, p, ranges.shipped())
+
+
+def _on_a_worker() -> bool:
+    """Whether this runs on a Dask worker (not in the process that shares the windows with its local cluster)."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):
+        return False
+    return True
 
 
 def _carried(pieces: list[Piece], window: int) -> pd.DataFrame:
