@@ -729,10 +729,17 @@ def _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top
     from profiler_kit.analyze.sources import READ_ERRORS
     from profiler_kit.parallel import start_local_cluster
 
-    windowed = [i for i, (src, _) in enumerate(items) if window.applies(src.path)]
+    windowed, results, failed = [], {}, {}
+    for i, (src, _) in enumerate(items):
+        try:
+            if window.applies(src.path):
+                windowed.append(i)
+        except READ_ERRORS as err:  # not an export it can open: skipped, as its reading would be
+            if skip is None:
+                raise
+            failed[i] = err
     if windowed:
         start_local_cluster(session)  # it starts while this process makes the first pass
-    results, failed = {}, {}
     for i in windowed:
         try:
             results[i] = windowed_on_dask(items[i], session, window, top, markdown)
@@ -743,7 +750,7 @@ def _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top
             continue
         if done:
             done(items[i])
-    rest = sorted(set(range(len(items))) - set(windowed))
+    rest = sorted(set(range(len(items))) - set(windowed) - set(failed))
     by_path = {items[i][0].path: i for i in rest}
     read = session.map_reading(
         functools.partial(analyze_item, top=top, markdown=markdown),

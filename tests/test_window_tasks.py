@@ -17,12 +17,13 @@ from profiler_kit.analyze.windows import analyze_windows, plan_edges
 
 from profiler_kit.build import TraceResult, analyze_source, build_report
 from profiler_kit.output import render_report_files
-from tests.conftest import FIXTURES, shared_files
+from tests.conftest import FIXTURES, ROOT, shared_files
 from tests.test_parallel import Cluster, invoke, run_killing_a_worker
 from tests.test_windows import SMALLEST_GPU, replicate
 
 SHARED = shared_files("nsys_sqlite", "*.sqlite")  # ../shared/data, else the subset shipped in tests/data
 CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
+KINETO = ROOT / "examples" / "kineto" / "small_ctx512_train_bf16.json.gz"
 
 
 def in_order(fn, jobs, on_done):
@@ -117,7 +118,10 @@ WINDOW = ("--window", "--window-rows", "1000", "--no-cache", "--no-progress")
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["md", "csv"])
 def test_windows_on_a_local_cluster_and_on_a_scheduler_give_the_same_bytes(tmp_path, replica, fmt):
-    inputs = windowed_inputs(replica)
+    windowed = windowed_inputs(replica)
+    broken = tmp_path / "broken.sqlite"  # skipped, and a Kineto trace read whole, beside the windowed exports
+    broken.write_bytes(b"not a database " * 100)
+    inputs = [*windowed, KINETO, broken]
     cluster = Cluster(tmp_path)
     try:
         runs = {
@@ -133,11 +137,15 @@ def test_windows_on_a_local_cluster_and_on_a_scheduler_give_the_same_bytes(tmp_p
     finally:
         cluster.close()
     ref_code, ref_err, ref_files = runs["in turn"]
-    assert ref_code == 0, ref_err
+    assert ref_code == 1, ref_err
+    skipped = [line for line in ref_err.splitlines() if line.startswith("skipped")]
+    assert len(skipped) == 1 and str(broken) in skipped[0]
     text = b"".join(ref_files.values())
-    assert text.count(b"time window(s)") == len(inputs) or fmt == "csv"
+    assert text.count(b"time window(s)") == len(windowed) or fmt == "csv"
+    assert KINETO.name.split(".")[0].encode() in text
     for mode, (code, err, out) in runs.items():
-        assert code == 0 and "Traceback" not in err, (mode, err)
+        assert code == 1 and "Traceback" not in err, (mode, err)
+        assert [line for line in err.splitlines() if line.startswith("skipped")] == skipped, mode
         assert out == ref_files, mode
     assert finished >= 10 + len(inputs), finished  # the scheduler ran the windows, not one task an export
 
