@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from profiler_kit.analyze.errors import InputError
 from profiler_kit.analyze.nsys_schema import MISSING, NVTX_TABLE, RUNTIME_TABLE
 from profiler_kit.analyze.nsys_sqlite import Export, pids_of, runtime_calls
 from profiler_kit.analyze.window_ranges import RangeWindows
@@ -279,6 +280,11 @@ def _opened(path: str, folder: str) -> tuple[Export, pd.Series, Nvtx]:
 
     key = f"{path}\0{folder}"
     if key not in _OPENED:
+        if not (Path(folder) / "texts.pickle").is_file():
+            raise InputError(
+                f"{path}: this worker does not see the spill folder {folder}: give report --tmp a folder that every "
+                "worker sees at the same path (a shared filesystem)"
+            )
         forget_opened()
         exp = Export(Path(path))
         with open(Path(folder) / "texts.pickle", "rb") as fh:

@@ -187,3 +187,15 @@ def test_a_killed_worker_still_gives_the_complete_windowed_report(tmp_path, repl
     assert code == 0, err
     assert "skipped" not in err and "Traceback" not in err
     assert {p.name: p.read_bytes() for p in sorted((tmp_path / "out").iterdir())} == ref_files
+
+
+def test_a_worker_without_the_spill_folder_says_what_to_do(tmp_path):
+    from profiler_kit.analyze.errors import InputError
+
+    def elsewhere(fn, jobs, on_done):  # a worker on another machine: the client's spill folder is not there
+        for job in jobs:
+            job.folder = str(tmp_path / "not-shared")
+        return [fn(job) for job in jobs]
+
+    with pytest.raises(InputError, match="does not see the spill folder .*--tmp"):
+        analyze_window_tasks(CPU_FIXTURE, elsewhere, 7)
