@@ -21,7 +21,7 @@ matches decides:
 
 To add a library's kernels, add a row (or an example to a row) with a real name; tests
 check every example is decided by its own row, and every name of the corpus
-tests/data/kernel_names/corpus.csv (3,400 real names: 2,118 from captures of many vendors and
+tests/data/kernel_names/corpus.csv (3,402 real names: 2,120 from captures of many vendors and
 generations, 1,282 from ROCm/aiter's kernel tables) lands in the category it was labelled with.
 """
 
