@@ -164,9 +164,9 @@ GLUON_WS_TRITON = "3.6."  # the Triton release flash_gluon_ws was written and me
 # flash_gluon_bwd128 config for the "gluon_ws" backward at head dim 128 (None: the ``tma`` kernel there):
 # 0.89x SDPA's speed where the ``tma`` kernel ran at 0.76x (same screen)
 BWD_GLUON128: str | None = "d128"
-# flash_gluon_bwd128 with grouped-query heads: compiled offline, not yet run on a GPU (its GPU test is
-# tests/test_flash_gluon_bwd128.py::test_grouped_query_heads_match_fp32_attention); until then GQA takes ``tma``
-BWD_GLUON128_GQA = False
+# flash_gluon_bwd128 with grouped-query heads (GPU test: tests/test_flash_gluon_bwd128.py::
+# test_grouped_query_heads_match_fp32_attention); off, GQA at d 128 takes the ``tma`` kernel
+BWD_GLUON128_GQA = True
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
