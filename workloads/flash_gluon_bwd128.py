@@ -16,8 +16,13 @@ waited for at its end. (dK issued after dQ and left in flight into the next tile
 ptxas serializes the wgmma instructions, C7512.)
 
 Grouped-query heads: a program loops over the query heads that read its K/V head (``GQA``), so dK and dV keep one
-writer. Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only
-(``supported``); ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
+writer (GPU test passed on an H100, 2026-11-27; ``flash_triton.BWD_GLUON128_GQA`` routes GQA here). With 16 query
+heads on 4 K/V heads at 16384 the kernel ran at 0.75 / 0.95x SDPA's speed (causal / not; the Triton ``tma``
+backward 0.71 / 0.78): its programs are 4 times longer and 4 times fewer, so the causal tail costs more. Starting
+all K/V heads' longest programs first (``HEAD_GROUP`` 4) was slower, 0.72 / 0.93.
+
+Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only (``supported``);
+``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
 
 At 1x16 heads, d 128, bf16 on an H100 (``benchmarks/attention_gluon_screen.py``, the backward's kernels alone, ms,
 results/attention/screen_d128.jsonl): ``d128`` causal 4096 / 16384 / 65536 0.503 / 5.813 / 89.52 against SDPA's
@@ -25,7 +30,11 @@ results/attention/screen_d128.jsonl): ``d128`` causal 4096 / 16384 / 65536 0.503
 against 0.677 / 10.17 / 160.6 and 0.904 / 13.36 / 209.2: 0.88-0.91x SDPA's speed (490 TFLOP/s against 540-560 at
 16384 and up). Two dQ staging tiles (``d128_dq2``) and a 3-stage Q/dO ring (``d128_s3``) were within 0.03x of it
 either way. Not kept (commit 70105f5): each tile's dQ product one tile later, so that the warpgroups need not wait for
-each other every tile: 0.76-0.87x, with ~500 bytes of spilled scalars.
+each other every tile: 0.76-0.87x, with ~500 bytes of spilled scalars. Not kept (commit a0fafb2, ``d128_late``):
+each tile's dQ staged into shared memory by the next tile after it issues S^T, so the tensor cores run S^T
+meanwhile (dQ scaled on the way: ptxas otherwise waits for S^T before reading registers a product wrote, C7517):
+0.84-0.87x against 0.90x in the same screen (H100, 2026-11-27, seq 4096-65536, causal and not), ~270 bytes of
+spills; nothing may stay in flight across iterations (C7514), and 240 registers hold no more.
 """
 
 from __future__ import annotations
@@ -50,23 +59,16 @@ BLOCK_M = 64  # query rows a tile
 KEYS_PER_PROGRAM = 128
 HEAD_DIM = 128
 
-# (STAGES, maxnreg, consumer regs, load regs, DQ_BUFS, PRE): 12 warps a program (two consumer warpgroups and the
+# (STAGES, maxnreg, consumer regs, load regs, DQ_BUFS): 12 warps a program (two consumer warpgroups and the
 # load warp rounded up to a warpgroup), each allocated maxnreg registers at launch; DQ_BUFS fp32 dQ staging tiles
-# a consumer (2: the reduce of the last tile need not be done before this tile's dQ is staged); LATE: a tile's dQ
-# staged by the next tile, after its S^T and dP^T are issued (``_tile``)
+# a consumer (2: the reduce of the last tile need not be done before this tile's dQ is staged)
 CONFIGS = {
-    "d128": (2, 168, 240, 24, 1, False),
-    "d128_dq2": (2, 168, 240, 24, 2, False),
-    "d128_s3": (3, 168, 240, 24, 1, False),
-    "d128_late": (2, 168, 240, 24, 1, True),
-    "d128_late_dq2": (2, 168, 240, 24, 2, True),
-    "d128_late_s3": (3, 168, 240, 24, 1, True),
+    "d128": (2, 168, 240, 24, 1),
+    "d128_dq2": (2, 168, 240, 24, 2),
+    "d128_s3": (3, 168, 240, 24, 1),
 }
 DEFAULT = "d128"
-# launch order (``tile_order``): None takes K/V heads one after another, but all together, longest programs
-# first, with grouped-query heads, whose programs each loop over several query heads (fewer, longer programs: in
-# head order the last heads' longest programs would start last)
-HEAD_GROUP = None
+HEAD_GROUP = 1  # launch order: heads one after another
 
 
 @gluon.jit
@@ -91,33 +93,11 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr):
 
 
 @gluon.jit
-def _issue(t, dq_prev, prev_row, a, STAGES: gl.constexpr, C: gl.constexpr, DQ_BUFS: gl.constexpr, LATE: gl.constexpr):
-    """Once the program's ``t``-th Q/dO tile is in: S^T = K Q^T and dP^T = V dO^T of consumer ``C``'s keys, issued.
-    ``LATE``: between the two, the previous tile's dQ half (``dq_prev``, rows from ``prev_row``) is staged and
-    reduced, so the tensor cores run S^T meanwhile, with no more registers live than while both products run."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    stage = t % STAGES
-    mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
-    zero = gl.zeros([KEYS, BM], gl.float32, acc_layout(BM))
-    k_a = k_smem.slice(C * KEYS, KEYS, dim=0)
-    v_a = v_smem.slice(C * KEYS, KEYS, dim=0)
-    s_t = warpgroup_mma(k_a, q_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-    if LATE:
-        _reduce_dq(t, prev_row, dq_prev, a, C, DQ_BUFS)
-    dp_t = warpgroup_mma(v_a, do_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
-    return s_t, dp_t
-
-
-@gluon.jit
-def _grads(
-    t, i, q_row0, dk, dv, s_t, dp_t, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr,
-    SCALE_DS: gl.constexpr,
+def _tile(
+    t, i, q_row0, dk, dv, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
 ):  # fmt: skip
-    """With tile ``t``'s S^T and dP^T issued: dV and dK issued, this consumer's half of dS^T shared, its half of
-    dQ = dS K issued once both halves are in. Returns dK, dV, dQ in flight and the register operands they read.
-    ``SCALE_DS``: dS carries the softmax scale; otherwise dK and dQ are to be scaled by it."""
+    """Query tile ``i`` of the query head at row ``q_row0`` (the program's ``t``-th tile) for consumer ``C``: dV, dK
+    accumulated, its half of dS^T shared, its half of dQ reduced."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -132,8 +112,15 @@ def _grads(
     stage = t % STAGES
     start_m = lo + i * BM
     b = t % 2
+
+    mbarrier.wait(ready.index(stage), (t // STAGES) & 1)
     q_s = q_smem.index(stage)
     do_s = do_smem.index(stage)
+    k_a = k_smem.slice(C * KEYS, KEYS, dim=0)
+    v_a = v_smem.slice(C * KEYS, KEYS, dim=0)
+    zero = gl.zeros([KEYS, BM], gl.float32, s_layout)
+    s_t = warpgroup_mma(k_a, q_s.permute((1, 0)), zero, use_acc=False, is_async=True)
+    dp_t = warpgroup_mma(v_a, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
     qcols = q_row0 + start_m + gl.arange(0, BM, layout=col_layout)  # L and D loaded as the products run (cached)
     lse = gl.load(L + qcols) * LOG2E
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t,))
@@ -144,14 +131,9 @@ def _grads(
         p_t = gl.where(cols[None, :] >= rows[:, None], p_t, 0.0)
     p_op = gl.convert_layout(p_t.to(dtype), p_layout)
     dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
-    if SCALE_DS:
-        delta = gl.load(D + qcols) * sm_scale
-        dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t,))
-        ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)
-    else:
-        delta = gl.load(D + qcols)
-        dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t,))
-        ds = (p_t * (dp_t - delta[None, :])).to(dtype)
+    delta = gl.load(D + qcols) * sm_scale
+    dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t,))
+    ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)  # dS carries the softmax scale
     ds_op = gl.convert_layout(ds, p_layout)
     dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)  # runs while dS^T is shared
     ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
@@ -162,95 +144,48 @@ def _grads(
         ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
         gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
     )  # fmt: skip
-    return dk, dv, dq, p_op, ds_op
-
-
-@gluon.jit
-def _reduce_dq(n, row, dq, a, C: gl.constexpr, DQ_BUFS: gl.constexpr):
-    """This consumer's half of a tile's dQ (done; query rows from ``row``), the ``n``-th it stages, staged in shared
-    memory and added into fp32 dQ by TMA."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
-    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
-    buf = dq_smem.index(C * DQ_BUFS + n % DQ_BUFS)
+    dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
+    mbarrier.arrive(empty.index(stage), count=1)
+    buf = dq_smem.index(C * DQ_BUFS + t % DQ_BUFS)
     tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
     buf.store(dq)
     fence_async_shared()
-    tma_reduce_add(dq_desc, [row, C * DQ_COLS], buf)
-
-
-@gluon.jit
-def _tile(
-    t, i, q_row0, dk, dv, dq_prev, prev_row, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr,
-    DQ_BUFS: gl.constexpr, LATE: gl.constexpr,
-):  # fmt: skip
-    """Query tile ``i`` of the query head at row ``q_row0`` (the program's ``t``-th tile) for consumer ``C``: dV, dK
-    accumulated, its half of dS^T shared, its half of dQ reduced. Every product of the tile is waited for at its
-    end (nothing in flight across iterations: ptxas serializes the wgmma otherwise, C7514). ``LATE``: the tile's dQ
-    is handed back (with its first row) and staged by the next tile after it issues S^T (``_issue``), so the tensor
-    cores run that meanwhile (``dq_prev``, ``prev_row``: the previous tile's; zeros into the first tile's rows at
-    the first). Otherwise it is staged at once, and ``dq_prev``, ``prev_row`` are handed back as they came."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
-     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    s_t, dp_t = _issue(t, dq_prev, prev_row, a, STAGES, C, DQ_BUFS, LATE)
-    dk, dv, dq, p_op, ds_op = _grads(t, i, q_row0, dk, dv, s_t, dp_t, a, C, MASK, STAGES, not LATE)
-    dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
-    mbarrier.arrive(empty.index(t % STAGES), count=1)
-    row = q_row0 + lo + i * BM
-    if LATE:  # scaled here, so its registers are no product's when the next tile stages them while S^T runs
-        dq_prev = dq * sm_scale  # (ptxas would wait for S^T first to read a product's registers, C7517)
-        prev_row = row
-    else:
-        _reduce_dq(t, row, dq, a, C, DQ_BUFS)
-    return dk, dv, dq_prev, prev_row
+    tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
+    return dk, dv
 
 
 @gluon.jit
 def _consumer(
-    a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr,
-    LATE: gl.constexpr,
+    a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr
 ):  # fmt: skip
     """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
-    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
     d_layout: gl.constexpr = acc_layout(D_HEAD)
     dk = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
     dv = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
-    if LATE:  # the first tile adds zeros into its own rows (exact) in place of a previous tile's dQ
-        dq = gl.zeros([BM, DQ_COLS], gl.float32, acc_layout(DQ_COLS))
-        row = row0 * GQA + lo
-    else:  # placeholders (constants, not carried through the loops)
-        dq = 0
-        row = 0
     mbarrier.wait(kv_bar, 0)
     if GQA == 1:
         first = 0
         if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
             for i in range(2):
-                dk, dv, dq, row = _tile(i, i, row0, dk, dv, dq, row, a, C, True, STAGES, DQ_BUFS, LATE)
+                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS)
             first = 2
         for i in range(first, num_m):
-            dk, dv, dq, row = _tile(i, i, row0, dk, dv, dq, row, a, C, False, STAGES, DQ_BUFS, LATE)
+            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS)
     else:
         for h in range(GQA):  # dK, dV sum over the query heads that read these keys
             q_row0 = row0 * GQA + h * N_CTX
             first = 0
             if IS_CAUSAL:
                 for i in range(2):
-                    dk, dv, dq, row = _tile(h * num_m + i, i, q_row0, dk, dv, dq, row, a, C, True, STAGES, DQ_BUFS,
-                                            LATE)  # fmt: skip
+                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS)
                 first = 2
             for i in range(first, num_m):
-                dk, dv, dq, row = _tile(h * num_m + i, i, q_row0, dk, dv, dq, row, a, C, False, STAGES, DQ_BUFS,
-                                        LATE)  # fmt: skip
-    if LATE:
-        _reduce_dq(GQA * num_m, row, dq, a, C, DQ_BUFS)
-        dk = dk * sm_scale
+                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS)
+    dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
     tma.store_wait(pendings=0)
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
     cols = gl.arange(0, D_HEAD, layout=gl.SliceLayout(0, d_layout))
@@ -263,7 +198,7 @@ def _consumer(
 def _flash_bwd128_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr, LATE: gl.constexpr,
+    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 keys of a K/V head (two consumer warpgroups), over the query tiles of the ``GQA`` query
     heads that read it; each query tile's dQ added into fp32 dQ in halves."""
@@ -305,8 +240,8 @@ def _flash_bwd128_kernel(
     a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
          kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA, LATE)),
-         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA, LATE)), (_load_partition, (a, STAGES, GQA))],
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA)),
+         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA)), (_load_partition, (a, STAGES, GQA))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
 
@@ -325,7 +260,7 @@ def supported(q: torch.Tensor) -> bool:
 
 def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
-    stages, maxnreg, consumer_regs, load_regs, dq_bufs, late = CONFIGS[config] if isinstance(config, str) else config
+    stages, maxnreg, consumer_regs, load_regs, dq_bufs = CONFIGS[config] if isinstance(config, str) else tuple(config)
     bh, n, d = q.shape
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
@@ -333,9 +268,7 @@ def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config
         tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (KEYS_PER_PROGRAM, d)), tensor_desc(v, (KEYS_PER_PROGRAM, d)),
         tensor_desc(do, (BLOCK_M, d)), tensor_desc(dq, (BLOCK_M, d // 2)), dk, dv, lse, delta, sm_scale, n,
     )  # fmt: skip
-    if head_group is None:
-        head_group = 1 if bh == k.shape[0] else k.shape[0]
-    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), bh // k.shape[0], bool(late))
+    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), bh // k.shape[0])
     grid = (n // KEYS_PER_PROGRAM * k.shape[0],)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 

@@ -39,8 +39,8 @@ pays nothing).
   run 8 at the leaderboard shape (benchmarks/README.md).
 - Grouped-query attention: K/V with fewer heads than Q (a divisor of them); query head ``h`` reads K/V head
   ``h // group`` (SDPA's ``enable_gqa``), and the dK/dV kernel loops over a K/V head's query heads, so dK, dV
-  are their sums with one writer per tile. The Gluon d 64 dK/dV kernel has no head groups, and the d 128 one
-  takes them only with ``BWD_GLUON128_GQA``: GQA takes ``"tma"`` otherwise.
+  are their sums with one writer per tile. The Gluon d 64 dK/dV kernel has no head groups (GQA takes ``"tma"``
+  there); the d 128 one takes them where ``BWD_GLUON128_GQA`` is on (the default).
 - At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``: a load warp and two consumer warpgroups
   in FlashAttention-3's ping-pong) and the backward's dK/dV/dQ kernel ``flash_gluon_bwd128`` (``BWD_GLUON128``):
   1.02x and 0.89x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.76x (issue 26, H100, seq

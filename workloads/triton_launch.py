@@ -40,9 +40,9 @@ _PLANS: dict[tuple, tuple] = {}
 # runner) was checked on Triton 3.6 (run 11); older releases passed only the non-constexpr ones, so other
 # versions take Triton's own launch path.
 FAST_LAUNCH = not INTERPRET and triton.__version__.split(".")[:2] == ["3", "6"]
-# Kernels with TMA descriptor arguments (the Gluon ones) launched through their C launcher with cached descriptor
-# encodings (``_direct``); off: through CompiledKernel as other kernels (benchmarks compare the two)
-DIRECT_TMA = os.environ.get("FLASH_DIRECT_TMA", "1") == "1"
+# Cached launches go straight to the kernel's C launcher, TMA descriptors with cached encodings (``_direct``);
+# off: through CompiledKernel's runner (benchmarks compare the two)
+DIRECT_LAUNCH = os.environ.get("FLASH_DIRECT_LAUNCH", "1") == "1"
 
 
 def _launch_key(kernel, args: tuple, consts: dict) -> tuple:
@@ -90,20 +90,26 @@ def _tma_arg(desc, meta: dict, meta_key: tuple) -> list:
 
 
 def _direct(compiled):
-    """For a compiled kernel with TMA descriptor arguments: a call ``(dims, values)`` straight into the C launcher
-    Triton built for it, with the descriptors' encodings from ``_TMA_ARGS``; None where Triton's path is needed
-    (no descriptors, scratch memory to allocate, a launcher this was not written against)."""
+    """A call ``(dims, values)`` straight into the C launcher Triton built for a compiled kernel (Triton's runner
+    adds a launch-metadata dict, a closure and scratch checks per launch), with the TMA descriptors' encodings from
+    ``_TMA_ARGS``; None where Triton's path is needed (scratch memory to allocate, a launcher this was not
+    written against)."""
     run = compiled.run
-    metas = getattr(compiled.metadata, "tensordesc_meta", None)
-    if not metas or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
-        return None
-    try:  # Triton 3.6 wraps the C launch in a closure that encodes the descriptors (driver.wrap_handle_tensordesc)
-        raw = inspect.getclosurevars(run.launch).nonlocals.get("launcher")
-    except TypeError:
+    metas = getattr(compiled.metadata, "tensordesc_meta", None) or []
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None
     sig = list(compiled.src.signature.values())
     where = [i for i, s in enumerate(sig) if isinstance(s, str) and s.startswith("tensordesc")]
-    if raw is None or len(where) != len(metas):
+    if len(where) != len(metas):
+        return None
+    if not where:  # no descriptors: Triton calls the C launch itself (driver.wrap_handle_tensordesc)
+        raw = run.launch if inspect.isbuiltin(run.launch) else None
+    else:  # Triton 3.6 wraps the C launch in a closure that encodes the descriptors
+        try:
+            raw = inspect.getclosurevars(run.launch).nonlocals.get("launcher")
+        except TypeError:
+            return None
+    if raw is None:
         return None
     descs = {i: (m, tuple(sorted((k, str(x)) for k, x in m.items()))) for i, m in zip(where, metas, strict=True)}
     head = (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None, compiled.packed_metadata)
@@ -112,13 +118,15 @@ def _direct(compiled):
     drv = driver.active
 
     def call(dims, values):
-        flat = []
-        for i, a in enumerate(values):
-            d = descs.get(i)
-            if d is None:
-                flat.append(a)
-            else:
-                flat.extend(_tma_arg(a, *d))
+        flat = values
+        if descs:
+            flat = []
+            for i, a in enumerate(values):
+                d = descs.get(i)
+                if d is None:
+                    flat.append(a)
+                else:
+                    flat.extend(_tma_arg(a, *d))
         stream = drv.get_current_stream(drv.get_current_device())
         raw(*dims, stream, *head, None, None, None, *flat)  # no launch metadata, no enter/exit hooks
 
@@ -143,7 +151,7 @@ def launch(kernel, grid, args, consts, config=None):
         if plan is None:
             compiled = kernel[grid](*args, **consts)
             if key is not None and hasattr(compiled, "packed_metadata"):
-                _PLANS[key] = (compiled, _tuned_constants(kernel, args, consts), DIRECT_TMA and _direct(compiled))
+                _PLANS[key] = (compiled, _tuned_constants(kernel, args, consts), DIRECT_LAUNCH and _direct(compiled))
             return
         compiled, tuned, direct = plan
         named = dict(zip(kernel.arg_names, args, strict=False)) | consts | tuned
