@@ -15,7 +15,9 @@ parallel: this also compiles them into Triton's cache), against fp32 math attent
 ``--configs`` limits both to the configs named, ``--kinds`` to the forward or the backward; ``--kv-heads`` gives K/V
 fewer heads (SDPA with ``enable_gqa``), ``--bwd-head-groups`` times the backward with each launch order (heads
 started in groups of this many, longest programs of a group first; 0 the module's ``HEAD_GROUP``; rows
-``gluon:NAME/hgN`` for N > 0, which ``--best`` does not choose among).
+``gluon:NAME/hgN`` for N > 0); with grouped-query heads each backward is timed with a program per K/V head looping
+over its query heads (``/loop``) and a program per query head (``/split``, ``flash_gluon_bwd128.SPLIT_GQA``).
+``--best`` does not choose among rows with a ``/``.
 """
 
 from __future__ import annotations
@@ -143,14 +145,17 @@ def screen_case(
         return rows
     want = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma")
     add("bwd", "triton", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma"))
-    kept = ft.BWD_GLUON128, ft.BWD_GLUON128_GQA
+    kept = ft.BWD_GLUON128, ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA
     ft.BWD_GLUON128_GQA = True
     for name in _names(flash_gluon_bwd128, configs, "bwd", kinds):
         if allowed is not None and ["bwd", name, causal] not in allowed:
             continue
         ft.BWD_GLUON128 = name
-        for hg in head_groups:
+        splits = (False, True) if kv != heads else (None,)
+        for hg, split in ((hg, split) for hg in head_groups for split in splits):
             opts = {"HEAD_GROUP": hg or flash_gluon_bwd128.HEAD_GROUP}
+            if split is not None:
+                flash_gluon_bwd128.SPLIT_GQA = dict.fromkeys(("causal", "full"), split)
             try:
                 got = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws", opts=opts)
                 torch.cuda.synchronize()
@@ -159,9 +164,9 @@ def screen_case(
             except Exception as e:
                 print(f"bwd {name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
                 err = float("inf")
-            impl = f"gluon:{name}" + (f"/hg{hg}" if hg else "")
+            impl = f"gluon:{name}" + (f"/hg{hg}" if hg else "") + {None: "", False: "/loop", True: "/split"}[split]
             add("bwd", impl, lambda o=opts: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws", opts=o), err)  # fmt: skip
-    ft.BWD_GLUON128, ft.BWD_GLUON128_GQA = kept
+    ft.BWD_GLUON128, ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA = kept
     return rows
 
 
