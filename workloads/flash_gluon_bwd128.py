@@ -15,11 +15,14 @@ dK is issued before dS^T is shared, so it runs while the warpgroups wait for eac
 waited for at its end. (dK issued after dQ and left in flight into the next tile needs more registers than 240:
 ptxas serializes the wgmma instructions, C7512.)
 
-Grouped-query heads: a program loops over the query heads that read its K/V head (``GQA``), so dK and dV keep one
-writer (GPU test passed on an H100, 2026-11-27; ``flash_triton.BWD_GLUON128_GQA`` routes GQA here). With 16 query
-heads on 4 K/V heads at 16384 the kernel ran at 0.75 / 0.95x SDPA's speed (causal / not; the Triton ``tma``
-backward 0.71 / 0.78): its programs are 4 times longer and 4 times fewer, so the causal tail costs more. Starting
-all K/V heads' longest programs first (``HEAD_GROUP`` 4) was slower, 0.72 / 0.93.
+Grouped-query heads (``GQA``): a program loops over the query heads that read its K/V head, so dK and dV keep one
+writer; or, with ``SPLIT_GQA`` (causal), a program per query head writes that head's dK and dV in fp32 and the
+launcher sums them per K/V head. Looping makes programs GQA times longer and fewer, and a causal grid's tail grows
+with them: at 16 query heads on 4 K/V heads (H100, 2026-11-27, kernels alone, SDPA's time over ours) causal 4096 /
+16384 ran at 0.59 / 0.82x looping and 0.86 / 0.95x split, not causal 0.92 / 0.89x looping and 0.86 / 0.81x split
+(the extra fp32 traffic); on 8 K/V heads at 16384 causal 0.83 / 0.93x, not causal 0.93 / 0.92x. Launching all K/V
+heads' longest programs first instead of head after head was slower (0.72 against 0.75x looping; without groups
+0.86 / 0.90x against 0.92 / 0.95x at 16384). ``flash_triton.BWD_GLUON128_GQA`` routes GQA here (GPU tests passed).
 
 Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only (``supported``);
 ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
