@@ -72,6 +72,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="pk-window-", dir=args.tmp))
     try:
         figures = run(args, work) | {"load_start": round(load, 1)}
+        figures["machine"] = f"{platform.node()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end"
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
@@ -116,7 +117,6 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "ours_cpu_s": round(cpu, 2),
         "ours_peak_mib": round(peak),
         "ours_rc": rc,
-        "machine": f"{platform.node()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end",
         "date": time.strftime("%Y-%m-%d"),
     }
     if not args.skip_whole:
