@@ -23,6 +23,7 @@ from profiler_kit.analyze.arrays import (
     sum_by,
     take_rows,
 )
+from profiler_kit.analyze.frame_memo import FrameMemo
 from profiler_kit.analyze.intervals import union_length
 from profiler_kit.analyze.memops import summarize_memops
 from profiler_kit.analyze.projection import (
@@ -30,6 +31,7 @@ from profiler_kit.analyze.projection import (
     project_nvtx,
     range_label,
     range_label_codes,
+    subset_label_codes,
     summarize_projection,
 )
 from profiler_kit.analyze.stats import group_stats
@@ -610,13 +612,23 @@ def phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``ranges`` that mark training phases (PHASE_PATTERN, unless NOT_PHASE_PATTERN).
 
     Each distinct label is matched once, then its verdict is mapped onto the ranges' label codes
-    (a range without a name, code -1, is no phase).
+    (a range without a name, code -1, is no phase). Once per frame (``PHASES``: the analysis and the
+    diagnosis both ask), the phase rows kept with their label codes.
     """
+    return PHASES(ranges)
+
+
+def _phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     codes, labels = range_label_codes(ranges)
     texts = pd.Series(labels)
     is_phase_label = (texts.str.contains(PHASE_PATTERN) & ~texts.str.contains(NOT_PHASE_PATTERN)).to_numpy(dtype=bool)
     is_phase = np.append(is_phase_label, False)[codes]  # code -1 picks the appended False
-    return ranges[is_phase]
+    phases = ranges[is_phase]
+    subset_label_codes(ranges, is_phase, phases)
+    return phases
+
+
+PHASES = FrameMemo(_phase_ranges)
 
 
 PHASE_COLUMNS = [
