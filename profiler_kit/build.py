@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -592,17 +593,23 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
         done = analyze_windows(src.path, window.rows, window.on_window)
         return TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
     from profiler_kit.analyze.arrays import distinct_values
-    from profiler_kit.analyze.breakdown import analyze_trace
+    from profiler_kit.analyze.breakdown import start_analysis
     from profiler_kit.analyze.ranks import summarize_rank_time
     from profiler_kit.analyze.sources import read_trace
     from profiler_kit.analyze.tables import one_value_view
 
     trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
-    tables = analyze_trace(trace, (*REPORT_TABLES, "launches"))
-    matched = tables.pop("launches")  # the ops' launch match, taken by the diagnosis
-    summary = tables.get("summary")
-    busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(tables["ops"]) else None
-    tables |= diagnose(trace, tables["ops"], tables.get("categories"), matched, busy)  # profiler_kit/build_findings.py
+    # The diagnosis (profiler_kit/build_findings.py) shares analyze_trace's second thread: its jobs queue behind the
+    # analysis' last ones, and this thread starts on them while that one finishes those (no wait in between).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        analysis = start_analysis(trace, (*REPORT_TABLES, "launches"), pool)
+        ready = analysis.ready  # the ops, their summaries and their launch match, taken by the diagnosis
+        summary = ready.get("summary")
+        busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(ready["ops"]) else None
+        diagnosis = diagnose(trace, ready["ops"], ready.get("categories"), ready["launches"], busy, pool=pool)
+        tables = analysis.tables()
+    tables.pop("launches")
+    tables |= diagnosis
     if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
         tables.update(memory_counter_tables(trace))
     ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries

@@ -7,7 +7,8 @@ word and lay them out. No number is computed here.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -83,6 +84,7 @@ def diagnose(
     categories: pd.DataFrame | None = None,
     matched: pd.DataFrame | None = None,
     busy_ns: int | None = None,
+    pool: Executor | None = None,
 ) -> dict[str, pd.DataFrame]:
     """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``, ``matched`` the
     ops' launch match when ``analyze_trace`` made it (its "launches" table; else matched here), ``busy_ns`` the
@@ -92,9 +94,10 @@ def diagnose(
     breakdown and collectives), then the queue length, while this one matches the launches and summarizes
     them; what the second thread has not started by then is taken back and run here (``taken_back``), so
     neither waits long for the other. numpy releases the GIL in its sorts and reductions, so with a core free
-    the two halves overlap.
+    the two halves overlap. ``pool``: a one-thread pool to share (``analyze_trace``'s, perhaps still busy with its
+    last jobs: the report's, ``profiler_kit.build.analyze_source``); by default one of its own.
     """
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with contextlib.nullcontext(pool) if pool is not None else ThreadPoolExecutor(max_workers=1) as pool:
         side_sequences = pool.submit(_sequences, trace, ops)
         side_ops = pool.submit(_op_analyses, trace, ops, busy_ns)
         launched = launch_table(ops, trace.runtime, matched)
@@ -113,7 +116,7 @@ def diagnose(
         out["temporal_steps"] = temporal_by_step(ops, step_windows(step_ranges(trace.nvtx), launched, ops))
         out["queue"] = taken_back(side_queue, queue_length, launched, MAX_QUEUE_LENGTH, queue_streams)
         out |= taken_back(side_ops, _op_analyses, trace, ops, busy_ns)
-        out["sequences"] = side_sequences.result()
+        out["sequences"] = taken_back(side_sequences, _sequences, trace, ops)
     out["findings"] = rank_findings(out | {"categories": categories, "short_excess_ns": short_excess(launched)})
     return {name: out[name] for name in DIAGNOSIS_TABLES} | {"comm_kernels": out["comm_kernels"]}
 
