@@ -737,7 +737,9 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES, threads: int =
         return start_analysis(trace, tables, pool).tables()
 
 
-def start_analysis(trace: Trace, tables: Collection[str], pool: Executor) -> Analysis:
+def start_analysis(
+    trace: Trace, tables: Collection[str], pool: Executor, early: Callable[[pd.DataFrame], list[Job]] | None = None
+) -> Analysis:
     """``analyze_trace``'s tables computed on this thread and on ``pool``'s one thread; ``Analysis.tables()`` has them all.
 
     The second thread matches the ops to their launches (from their ids alone, waiting there for a
@@ -749,30 +751,40 @@ def start_analysis(trace: Trace, tables: Collection[str], pool: Executor) -> Ana
     when it wants their result it takes back and runs itself (``taken_back``). It returns once its own
     share is done, the last jobs perhaps still queued: the caller may queue more work for the pool
     (the report's diagnosis) before it asks for ``tables()``, so that neither thread waits for the other.
+    ``early(ops)``, called once the ops are built, queues jobs of the caller that need only them (the report's
+    kernel sequences): this thread takes them back while the runtime table it needs next is still arriving,
+    instead of waiting for it (on the 150-copy export an early read delivers it 0.2-0.3 CPU-s after this
+    thread has classified and summed the ops: benchmarks/README.md, "Report speed").
     """
     with_rows = "launches" in tables  # for the diagnosis (analyze.launches.launch_table): no second match
     side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime, with_rows))  # may wait for the runtime
+    ops = gpu_ops(trace)
+    slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
+    # Queued now, behind the launches it needs: the second thread goes on to it with no wait for this one.
+    side = pool.submit(lambda: phase_tables(trace, slim, side_launches.result(), tables))
 
     def api_tables() -> dict[str, pd.DataFrame]:
         return {"api": summarize_api(trace.runtime)} if "api" in tables else {}
 
-    # Queued right behind the launches (it needs the runtime table too): this thread takes it back if the
-    # launches are not matched yet when it wants them, instead of waiting (0.1 s of CPU on 1.4M calls).
+    # Last in the queue: whichever thread is free takes it. This one does when the launches are not matched yet
+    # by the time it wants them (it needs the runtime table too), instead of waiting (0.07 s of CPU on 1.4M calls).
     side_api = Job(pool, api_tables)
-    ops = gpu_ops(trace)
+    waiting = early(ops) if early is not None else []
     op_summaries = op_tables(ops, tables)
     if "memops" in tables:
         op_summaries["memops"] = summarize_memops(trace.memops)
     # The overview needs the runtime table (the trace's span) but not the launches: built here while the
     # other thread matches them (this one used to wait for them), given their count once they are.
+    for job in waiting:
+        if trace.arrived("runtime"):
+            break
+        job.result()
     overview = summarize_trace(trace, ops) if "summary" in tables else None
     if not side_launches.done():
         side_api.result()
     launched = side_launches.result()
     if overview is not None:
         op_summaries["summary"] = overview.assign(launched_ops=len(launched))
-    slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
-    side = pool.submit(phase_tables, trace, slim, launched, tables)
     attributed = project_nvtx(trace.nvtx, slim, launched)
 
     # The (range, kernel) tables, then the kernel time per range: queued for the second thread after its

@@ -21,7 +21,13 @@ from profiler_kit.analyze.range_groups import (
     group_numbered_ranges,
     numbered_members,
 )
-from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
+from profiler_kit.build_findings import (
+    cross_rank_sections,
+    diagnose,
+    findings_section,
+    findings_text,
+    sequences_job,
+)
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -601,12 +607,22 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
     trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
     # The diagnosis (profiler_kit/build_findings.py) shares analyze_trace's second thread: its jobs queue behind the
     # analysis' last ones, and this thread starts on them while that one finishes those (no wait in between).
+    # The kernel sequences, which need only the ops, are queued as soon as those are built: this thread finds
+    # them while a runtime table still being read would keep it waiting.
+    early: list = []
     with ThreadPoolExecutor(max_workers=1) as pool:
-        analysis = start_analysis(trace, (*REPORT_TABLES, "launches"), pool)
+
+        def queue_sequences(ops: pd.DataFrame) -> list:
+            early.append(sequences_job(pool, trace, ops))
+            return early
+
+        analysis = start_analysis(trace, (*REPORT_TABLES, "launches"), pool, early=queue_sequences)
         ready = analysis.ready  # the ops, their summaries and their launch match, taken by the diagnosis
         summary = ready.get("summary")
         busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(ready["ops"]) else None
-        diagnosis = diagnose(trace, ready["ops"], ready.get("categories"), ready["launches"], busy, pool=pool)
+        diagnosis = diagnose(
+            trace, ready["ops"], ready.get("categories"), ready["launches"], busy, pool=pool, sequences=early[0]
+        )
         tables = analysis.tables()
     tables.pop("launches")
     tables |= diagnosis
