@@ -753,8 +753,8 @@ def start_analysis(
     (the report's diagnosis) before it asks for ``tables()``, so that neither thread waits for the other.
     ``early(ops)``, called once the ops are built, queues jobs of the caller that need only them (the report's
     kernel sequences): this thread takes them back while the runtime table it needs next is still arriving,
-    instead of waiting for it (on the 150-copy export an early read delivers it 0.2-0.3 CPU-s after this
-    thread has classified and summed the ops: benchmarks/README.md, "Report speed").
+    instead of waiting for it (on the 150-copy export and a loaded VM, the early read delivered it 0.2-0.3
+    CPU-s after this thread had classified and summed the ops: benchmarks/README.md, "Report speed").
     """
     with_rows = "launches" in tables  # for the diagnosis (analyze.launches.launch_table): no second match
     side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime, with_rows))  # may wait for the runtime
@@ -773,12 +773,12 @@ def start_analysis(
     op_summaries = op_tables(ops, tables)
     if "memops" in tables:
         op_summaries["memops"] = summarize_memops(trace.memops)
-    # The overview needs the runtime table (the trace's span) but not the launches: built here while the
-    # other thread matches them (this one used to wait for them), given their count once they are.
-    for job in waiting:
+    for job in waiting:  # the caller's jobs, run here while the runtime table the next step needs is arriving
         if trace.arrived("runtime"):
             break
         job.result()
+    # The overview needs the runtime table (the trace's span) but not the launches: built here while the
+    # other thread matches them (this one used to wait for them), given their count once they are.
     overview = summarize_trace(trace, ops) if "summary" in tables else None
     if not side_launches.done():
         side_api.result()
