@@ -7,6 +7,7 @@ only chooses which tables and charts to show and words the findings.
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,13 @@ from profiler_kit.analyze.range_groups import (
     group_numbered_ranges,
     numbered_members,
 )
-from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
+from profiler_kit.build_findings import (
+    cross_rank_sections,
+    diagnose,
+    findings_section,
+    findings_text,
+    sequences_job,
+)
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -591,17 +598,33 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
         done = analyze_windows(src.path, window.rows, window.on_window, window.scratch)
         return TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
     from profiler_kit.analyze.arrays import distinct_values
-    from profiler_kit.analyze.breakdown import analyze_trace
+    from profiler_kit.analyze.breakdown import start_analysis
     from profiler_kit.analyze.ranks import summarize_rank_time
     from profiler_kit.analyze.sources import read_trace
     from profiler_kit.analyze.tables import one_value_view
 
     trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
-    tables = analyze_trace(trace, (*REPORT_TABLES, "launches"))
-    matched = tables.pop("launches")  # the ops' launch match, taken by the diagnosis
-    summary = tables.get("summary")
-    busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(tables["ops"]) else None
-    tables |= diagnose(trace, tables["ops"], tables.get("categories"), matched, busy)  # profiler_kit/build_findings.py
+    # The diagnosis (profiler_kit/build_findings.py) shares analyze_trace's second thread: its jobs queue behind the
+    # analysis' last ones, and this thread starts on them while that one finishes those (no wait in between).
+    # The kernel sequences, which need only the ops, are queued as soon as those are built: this thread finds
+    # them while a runtime table still being read would keep it waiting.
+    early: list = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+
+        def queue_sequences(ops: pd.DataFrame) -> list:
+            early.append(sequences_job(pool, trace, ops))
+            return early
+
+        analysis = start_analysis(trace, (*REPORT_TABLES, "launches"), pool, early=queue_sequences)
+        ready = analysis.ready  # the ops, their summaries and their launch match, taken by the diagnosis
+        summary = ready.get("summary")
+        busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(ready["ops"]) else None
+        diagnosis = diagnose(
+            trace, ready["ops"], ready.get("categories"), ready["launches"], busy, pool=pool, sequences=early[0]
+        )
+        tables = analysis.tables()
+    tables.pop("launches")
+    tables |= diagnosis
     if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
         tables.update(memory_counter_tables(trace))
     ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
