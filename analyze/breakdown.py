@@ -7,7 +7,7 @@ are fractions (0..1) in ``*_frac`` columns.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import numpy as np
@@ -23,6 +23,7 @@ from profiler_kit.analyze.arrays import (
     sum_by,
     take_rows,
 )
+from profiler_kit.analyze.frame_memo import FrameMemo
 from profiler_kit.analyze.intervals import union_length
 from profiler_kit.analyze.memops import summarize_memops
 from profiler_kit.analyze.projection import (
@@ -30,6 +31,7 @@ from profiler_kit.analyze.projection import (
     project_nvtx,
     range_label,
     range_label_codes,
+    subset_label_codes,
     summarize_projection,
 )
 from profiler_kit.analyze.stats import group_stats
@@ -610,13 +612,23 @@ def phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``ranges`` that mark training phases (PHASE_PATTERN, unless NOT_PHASE_PATTERN).
 
     Each distinct label is matched once, then its verdict is mapped onto the ranges' label codes
-    (a range without a name, code -1, is no phase).
+    (a range without a name, code -1, is no phase). Once per frame (``PHASES``: the analysis and the
+    diagnosis both ask), the phase rows kept with their label codes.
     """
+    return PHASES(ranges)
+
+
+def _phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     codes, labels = range_label_codes(ranges)
     texts = pd.Series(labels)
     is_phase_label = (texts.str.contains(PHASE_PATTERN) & ~texts.str.contains(NOT_PHASE_PATTERN)).to_numpy(dtype=bool)
     is_phase = np.append(is_phase_label, False)[codes]  # code -1 picks the appended False
-    return ranges[is_phase]
+    phases = ranges[is_phase]
+    subset_label_codes(ranges, is_phase, phases)
+    return phases
+
+
+PHASES = FrameMemo(_phase_ranges)
 
 
 PHASE_COLUMNS = [
@@ -717,80 +729,113 @@ def analyze_trace(trace: Trace, tables: Collection[str] = TABLES, threads: int =
     tables it never shows, such as range_kernels (0.1 s on a million kernels), and takes "range_names" (the
     distinct range names, the rows of "ranges" but the unnamed one) where it only counts the names of "ranges". "launches", never
     returned unless named, is the ops' match to their launching calls (``projection.launches`` with
-    runtime_row), which the report's diagnosis takes instead of matching a million ops again. A second
-    thread matches the ops to their launches (from their ids alone, waiting there for a
+    runtime_row), which the report's diagnosis takes instead of matching a million ops again. The work is
+    shared with a second thread (``start_analysis``); ``threads=1`` runs every job in this thread, in the
+    order submitted: the sequential reference the threaded result must equal.
+    """
+    with ThreadPoolExecutor(max_workers=1) if threads > 1 else InPlace() as pool:
+        return start_analysis(trace, tables, pool).tables()
+
+
+def start_analysis(
+    trace: Trace, tables: Collection[str], pool: Executor, early: Callable[[pd.DataFrame], list[Job]] | None = None
+) -> Analysis:
+    """``analyze_trace``'s tables computed on this thread and on ``pool``'s one thread; ``Analysis.tables()`` has them all.
+
+    The second thread matches the ops to their launches (from their ids alone, waiting there for a
     runtime table still being read) while this one builds and classifies the ops, sums
     them up (``op_tables``) and builds the overview (``summarize_trace``); then it builds the
     phase tables, which need no (range, op) pair of all ranges (``phase_tables``), while this
     one projects every range. numpy and pandas release the GIL in their loops, so with a
-    second core free a big trace takes a third less time. ``threads=1`` runs every job in
-    this thread, in the order submitted: the sequential reference the threaded result must equal.
+    second core free a big trace takes a third less time. Jobs this thread finds not yet started
+    when it wants their result it takes back and runs itself (``taken_back``). It returns once its own
+    share is done, the last jobs perhaps still queued: the caller may queue more work for the pool
+    (the report's diagnosis) before it asks for ``tables()``, so that neither thread waits for the other.
+    ``early(ops)``, called once the ops are built, queues jobs of the caller that need only them (the report's
+    kernel sequences): this thread takes them back while the runtime table it needs next is still arriving,
+    instead of waiting for it (on the 150-copy export and a loaded VM, the early read delivered it 0.2-0.3
+    CPU-s after this thread had classified and summed the ops: benchmarks/README.md, "Report speed").
     """
-    with ThreadPoolExecutor(max_workers=1) if threads > 1 else InPlace() as pool:
-        with_rows = "launches" in tables  # for the diagnosis (analyze.launches.launch_table): no second match
-        side_launches = pool.submit(
-            lambda: launches(op_ids(trace), trace.runtime, with_rows)
-        )  # may wait for the runtime
-        ops = gpu_ops(trace)
-        op_summaries = op_tables(ops, tables)
-        if "memops" in tables:
-            op_summaries["memops"] = summarize_memops(trace.memops)
-        # The overview needs the runtime table (the trace's span) but not the launches: built here while the
-        # other thread matches them (this one used to wait for them), given their count once they are.
-        overview = summarize_trace(trace, ops) if "summary" in tables else None
-        launched = side_launches.result()
-        if overview is not None:
-            op_summaries["summary"] = overview.assign(launched_ops=len(launched))
-        slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
-        side = pool.submit(phase_tables, trace, slim, launched, tables)
-        attributed = project_nvtx(trace.nvtx, slim, launched)
+    with_rows = "launches" in tables  # for the diagnosis (analyze.launches.launch_table): no second match
+    side_launches = pool.submit(lambda: launches(op_ids(trace), trace.runtime, with_rows))  # may wait for the runtime
+    ops = gpu_ops(trace)
+    slim = ops[PROJECTED_COLUMNS]  # a (range, op) table has a row per enclosing range: carry only what is used
+    # Queued now, behind the launches it needs: the second thread goes on to it with no wait for this one.
+    side = pool.submit(lambda: phase_tables(trace, slim, side_launches.result(), tables))
 
-        # The (range, kernel) tables, then the kernel time per range: queued for the second thread after its
-        # first jobs, and taken back by this one when it gets to them first (a job not started is cancelled and
-        # run here). Which thread is free first depends on the trace and on the machine. The longer job goes
-        # first: this thread takes the shorter one back, and neither waits long for the other at the end
-        # (the other order left this one idle for 0.05 s of a 1.1M-kernel report).
-        outside_of = slim if len(trace.nvtx) else None  # the ops of the unnamed range (none without ranges)
+    def api_tables() -> dict[str, pd.DataFrame]:
+        return {"api": summarize_api(trace.runtime)} if "api" in tables else {}
 
-        def pair_tables() -> dict[str, pd.DataFrame]:
-            summaries = {
-                "range_kernels": lambda: summarize_range_kernels(attributed, ops=outside_of),
-                "range_group_kernels": lambda: summarize_range_kernels(
-                    attributed, group_emit_nvtx=True, ops=outside_of
-                ),
-            }
-            return {name: summarize() for name, summarize in summaries.items() if name in tables}
+    # Last in the queue: whichever thread is free takes it. This one does when the launches are not matched yet
+    # by the time it wants them (it needs the runtime table too), instead of waiting (0.07 s of CPU on 1.4M calls).
+    side_api = Job(pool, api_tables)
+    waiting = early(ops) if early is not None else []
+    op_summaries = op_tables(ops, tables)
+    if "memops" in tables:
+        op_summaries["memops"] = summarize_memops(trace.memops)
+    for job in waiting:  # the caller's jobs, run here while the runtime table the next step needs is arriving
+        if trace.arrived("runtime"):
+            break
+        job.result()
+    # The overview needs the runtime table (the trace's span) but not the launches: built here while the
+    # other thread matches them (this one used to wait for them), given their count once they are.
+    overview = summarize_trace(trace, ops) if "summary" in tables else None
+    if not side_launches.done():
+        side_api.result()
+    launched = side_launches.result()
+    if overview is not None:
+        op_summaries["summary"] = overview.assign(launched_ops=len(launched))
+    attributed = project_nvtx(trace.nvtx, slim, launched)
 
-        side_pairs = pool.submit(pair_tables)
-        side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
+    # The (range, kernel) tables, then the kernel time per range: queued for the second thread after its
+    # first jobs, and taken back by this one when it gets to them first (a job not started is cancelled and
+    # run here). Which thread is free first depends on the trace and on the machine. The longer job goes
+    # first: this thread takes the shorter one back, and neither waits long for the other at the end
+    # (the other order left this one idle for 0.05 s of a 1.1M-kernel report).
+    outside_of = slim if len(trace.nvtx) else None  # the ops of the unnamed range (none without ranges)
 
-        def api_tables() -> dict[str, pd.DataFrame]:
-            return {"api": summarize_api(trace.runtime)} if "api" in tables else {}
-
-        side_api = pool.submit(api_tables)  # last in the queue: the thread free first runs it
-        projection = summarize_projection(trace.nvtx, attributed)
-        kernel_time = taken_back(side_kernel_time, range_kernel_time, trace.nvtx, attributed)
-
-        def phase_table() -> pd.DataFrame:
-            _, phases, window = side.result()  # asked for last: the second thread has mostly finished it
-            return summarize_phases(phases, attributed, window, kernel_time)
-
-        summaries = {  # each table, computed only when asked for
-            "ranges": lambda: summarize_ranges(
-                trace.nvtx, attributed, projection, kernel_time=kernel_time, ops=outside_of
-            ),
-            "range_groups": lambda: summarize_ranges(
-                trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time, ops=outside_of
-            ),
-            "phases": phase_table,
-            "range_names": lambda: pd.DataFrame({"range": range_name_codes(trace.nvtx)[1]}),
+    def pair_tables() -> dict[str, pd.DataFrame]:
+        summaries = {
+            "range_kernels": lambda: summarize_range_kernels(attributed, ops=outside_of),
+            "range_group_kernels": lambda: summarize_range_kernels(attributed, group_emit_nvtx=True, ops=outside_of),
         }
-        out = {name: summarize() for name, summarize in summaries.items() if name in tables}
-        out |= op_summaries | side.result()[0]
-        out |= taken_back(side_api, api_tables)  # first: run here while the other thread may still sum the pairs
-        out |= taken_back(side_pairs, pair_tables)
+        return {name: summarize() for name, summarize in summaries.items() if name in tables}
+
+    side_pairs = Job(pool, pair_tables)
+    side_kernel_time = pool.submit(range_kernel_time, trace.nvtx, attributed)
+    projection = summarize_projection(trace.nvtx, attributed)
+    kernel_time = taken_back(side_kernel_time, range_kernel_time, trace.nvtx, attributed)
+
+    def phase_table() -> pd.DataFrame:
+        _, phases, window = side.result()  # asked for last: the second thread has mostly finished it
+        return summarize_phases(phases, attributed, window, kernel_time)
+
+    summaries = {  # each table, computed only when asked for
+        "ranges": lambda: summarize_ranges(trace.nvtx, attributed, projection, kernel_time=kernel_time, ops=outside_of),
+        "range_groups": lambda: summarize_ranges(
+            trace.nvtx, attributed, projection, group_emit_nvtx=True, kernel_time=kernel_time, ops=outside_of
+        ),
+        "phases": phase_table,
+        "range_names": lambda: pd.DataFrame({"range": range_name_codes(trace.nvtx)[1]}),
+    }
+    out = {name: summarize() for name, summarize in summaries.items() if name in tables}
+    out |= op_summaries | side.result()[0]
     out |= {"ops": ops, "attributed": attributed, "projection": projection, "launches": launched}
-    return {name: out[name] for name in (*TABLES, "launches") if name in tables}
+    return Analysis(tables, out, [side_api, side_pairs])
+
+
+class Analysis:
+    """``start_analysis``'s tables: those made so far (``ready``), and the jobs still queued or running."""
+
+    def __init__(self, wanted: Collection[str], ready: dict[str, pd.DataFrame], queued: list[Job]):
+        self.wanted, self.ready, self.queued = wanted, ready, queued
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table asked for, in TABLES order ("launches" last): the queued jobs taken back or waited for."""
+        out = dict(self.ready)
+        for job in self.queued:  # the API summary first (mostly done long ago), then the (range, kernel) tables
+            out |= job.result()
+        return {name: out[name] for name in (*TABLES, "launches") if name in self.wanted}
 
 
 class InPlace(Executor):
@@ -803,6 +848,23 @@ class InPlace(Executor):
         except Exception as error:  # kept for result(), as a pool's thread would
             future.set_exception(error)
         return future
+
+
+class Job:
+    """A function queued for a pool's thread, run by the asking thread instead if that one has not started it.
+
+    ``taken_back`` for a result asked for more than once: a job this thread ran is not run again.
+    """
+
+    def __init__(self, pool: Executor, fn: Callable, *args):
+        self.fn, self.args = fn, args
+        self.future = pool.submit(fn, *args)
+        self.here: tuple | None = None  # (result,) once this thread has run it
+
+    def result(self):
+        if self.here is None and self.future.cancel():
+            self.here = (self.fn(*self.args),)
+        return self.here[0] if self.here is not None else self.future.result()
 
 
 def taken_back(queued: Future, fn, *args):

@@ -24,6 +24,7 @@ from profiler_kit.analyze.arrays import (
     sum_by,
     take_rows,
 )
+from profiler_kit.analyze.frame_memo import FrameMemo
 from profiler_kit.analyze.intervals import interval_union
 from profiler_kit.analyze.tables import one_value, one_value_view
 
@@ -296,15 +297,40 @@ def label_text(ranges: pd.DataFrame) -> pd.Series:
 def range_label_codes(ranges: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     """Each range's ``range_label`` as a code into the sorted distinct labels, and those labels.
 
-    Labels are built once per distinct (name, domain), not once per range.
+    Labels are built once per distinct (name, domain), not once per range; and once per frame
+    (``LABEL_CODES``): the codes are read-only.
     """
+    return LABEL_CODES(ranges)
+
+
+def _range_label_codes(ranges: pd.DataFrame) -> tuple[np.ndarray, pd.Index]:
     name, domain = pd.Categorical(ranges["name"]), pd.Categorical(ranges["domain"])
     # one integer per (name, domain); codes are -1 for a missing value, hence the + 1s
     width = len(domain.categories) + 1
     pair = (name.codes.astype(np.int64) + 1) * width + (domain.codes + 1)
     pair_code, first = first_appearance_codes(pair, (len(name.categories) + 1) * width)  # first: a row of each
     label_code, labels = pd.factorize(label_text(ranges.iloc[first]), sort=True)
-    return label_code[pair_code], labels
+    codes = label_code[pair_code]
+    codes.flags.writeable = False
+    return codes, labels
+
+
+LABEL_CODES = FrameMemo(_range_label_codes)
+
+
+def subset_label_codes(ranges: pd.DataFrame, rows: np.ndarray, subset: pd.DataFrame) -> None:
+    """Keep ``subset`` (``ranges[rows]``, a boolean mask) with its label codes, taken from those of ``ranges``:
+    exactly what ``range_label_codes(subset)`` computes (the labels it uses, sorted), without the strings."""
+    if not len(subset):  # computed as usual: an empty table's labels keep the dtype they would have had
+        return
+    codes, labels = range_label_codes(ranges)
+    mine = codes[rows]
+    used = np.zeros(len(labels) + 1, dtype=bool)
+    used[mine] = True  # code -1 (no name) marks the spare last slot
+    renumber = np.append(np.cumsum(used[:-1]) - 1, -1)
+    mine = renumber[mine]
+    mine.flags.writeable = False
+    LABEL_CODES.put(subset, (mine, labels[used[:-1]]))
 
 
 def pair_labels(codes: np.ndarray, labels: pd.Index, pos: np.ndarray) -> pd.Categorical:

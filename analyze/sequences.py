@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ def kernel_sequences(
     ops: pd.DataFrame,
     lengths: tuple[int, ...] = (3, 5),
     top: int = 10,
-    runtime: pd.DataFrame | None = None,
+    runtime: pd.DataFrame | Callable[[], pd.DataFrame] | None = None,
     ranges: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The ``top`` sequences of each length in ``lengths`` by total GPU time (SEQUENCE_COLUMNS).
@@ -43,6 +44,8 @@ def kernel_sequences(
     ``sequence`` joins the kernel names with " -> "; ``share_frac`` is of all kernel time;
     ``per_occurrence_ns`` the mean time of one occurrence. With ``runtime`` (the trace's runtime calls) and
     ``ranges`` (name, start_ns, end_ns, pid, tid: ``launch_ranges``), also LAUNCHER_COLUMNS (module docstring).
+    ``runtime`` may be a function giving the calls, asked only at that last step: a report finds the sequences
+    while its runtime table is still being read (``profiler_kit.build.analyze_source``).
     """
     attribute = runtime is not None and ranges is not None
     columns = SEQUENCE_COLUMNS + (LAUNCHER_COLUMNS if attribute else [])
@@ -82,7 +85,8 @@ def kernel_sequences(
                 samples.append(kernel_rows[starts[:, None] + np.arange(n)])  # ops rows: occurrence x position
     out = pd.DataFrame(rows, columns=SEQUENCE_COLUMNS)
     if attribute and samples:
-        stacks = launch_stacks(ops, runtime, ranges, np.concatenate([x.ravel() for x in samples]))
+        calls = runtime() if callable(runtime) else runtime
+        stacks = launch_stacks(ops, calls, ranges, np.concatenate([x.ravel() for x in samples]))
         found, at = [], 0
         for sample in samples:
             found.append(_most_common(stacks[at : at + sample.size], sample.shape))

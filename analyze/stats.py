@@ -95,17 +95,23 @@ def middles(ordered: np.ndarray, start: np.ndarray, count: np.ndarray, codes: np
 
 LIMB = 21  # bits of a limb: a product of two limbs has 42, and 2**21 of them still fit an unsigned 64-bit sum
 LIMB_MASK = np.uint64((1 << LIMB) - 1)
+SMALL_BITS = 26  # values below 2**26 (67 ms in ns) square below 2**52: 2**11 such squares sum within an int64
+SMALL_CHUNK = 1 << (63 - 2 * SMALL_BITS)
 
 
 def square_sums(ordered: np.ndarray, start: np.ndarray) -> list[int]:
     """The exact sum of squares of each stretch ``ordered[start[i]:start[i + 1]]``, as Python ints.
 
-    Each magnitude is split into three 21-bit limbs, so every product of two limbs and every sum of 2**21 of
-    them fits a uint64; the sums of each piece of at most 2**21 rows are combined as Python ints.
+    Durations are mostly small (``small_square_sums``); otherwise each magnitude is split into three 21-bit limbs,
+    so every product of two limbs and every sum of 2**21 of them fits a uint64; the sums of each piece of at most
+    2**21 rows are combined as Python ints.
     """
-    a = np.abs(ordered).astype(np.uint64)
-    if not len(a):
+    if not len(ordered):
         return [0] * len(start)
+    small = small_square_sums(ordered, start)
+    if small is not None:
+        return small
+    a = np.abs(ordered).astype(np.uint64)
     cuts = np.union1d(start, np.arange(0, len(a), 1 << LIMB))
     low, mid = a & LIMB_MASK, (a >> np.uint64(LIMB)) & LIMB_MASK
     terms = [(low * low, 1, 0), (mid * low, 2, LIMB), (mid * mid, 1, 2 * LIMB)]
@@ -116,8 +122,37 @@ def square_sums(ordered: np.ndarray, start: np.ndarray) -> list[int]:
     for product, factor, shift in terms:
         for i, piece in enumerate(np.add.reduceat(product, cuts).tolist()):
             pieces[i] += (factor * piece) << shift
+    return _by_stretch(start, cuts, pieces)
+
+
+def small_square_sums(ordered: np.ndarray, start: np.ndarray) -> list[int] | None:
+    """``square_sums`` where at most 1/64 of the values reach 2**SMALL_BITS and none is negative, else None.
+
+    Why: one int64 product and one sum per value (the limbs take six passes and three sums): on 1.4M runtime
+    calls 0.015 s of CPU against 0.057. The squares of small values are summed SMALL_CHUNK rows at a time; each
+    large value (a long synchronize call) is squared as a Python int.
+    """
+    if ordered.min() < 0:
+        return None
+    large = np.flatnonzero(ordered >> SMALL_BITS) if ordered.max() >> SMALL_BITS else ordered[:0]
+    if len(large) > len(ordered) >> 6:
+        return None
+    if len(large):
+        ordered = ordered.copy()
+        large_values = ordered[large].tolist()
+        ordered[large] = 0
+    cuts = np.union1d(start, np.arange(0, len(ordered), SMALL_CHUNK))
+    out = _by_stretch(start, cuts, np.add.reduceat(ordered * ordered, cuts).tolist())
+    if len(large):
+        for group, value in zip((np.searchsorted(start, large, side="right") - 1).tolist(), large_values, strict=True):
+            out[group] += value * value
+    return out
+
+
+def _by_stretch(start: np.ndarray, cuts: np.ndarray, pieces: list[int]) -> list[int]:
+    """The sums of ``pieces`` (one per cut, each cut inside one stretch) per stretch beginning at ``start``."""
     out = [0] * len(start)
-    for group, piece in zip(np.searchsorted(start, cuts, side="right") - 1, pieces, strict=True):
+    for group, piece in zip((np.searchsorted(start, cuts, side="right") - 1).tolist(), pieces, strict=True):
         out[group] += piece
     return out
 

@@ -184,6 +184,11 @@ class Trace:
                 setattr(self, attr, validate(getattr(self, attr), schema))
         return self
 
+    def arrived(self, name: str) -> bool:
+        """Whether table ``name`` is here: read already, not still arriving (``arriving``)."""
+        value = self.__dict__.get(name)
+        return not isinstance(value, LazyTable) or value.future.done()
+
     def arriving(self, **tables: Future) -> Trace:
         """Hand the Trace over while ``tables`` (name: future of its frame) are still being read.
 

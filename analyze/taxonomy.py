@@ -21,7 +21,7 @@ matches decides:
 
 To add a library's kernels, add a row (or an example to a row) with a real name; tests
 check every example is decided by its own row, and every name of the corpus
-tests/data/kernel_names/corpus.csv (3,289 real names: 2,007 from captures of many vendors and
+tests/data/kernel_names/corpus.csv (3,402 real names: 2,120 from captures of many vendors and
 generations, 1,282 from ROCm/aiter's kernel tables) lands in the category it was labelled with.
 """
 
@@ -136,11 +136,16 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     ("memory", "generated_layout", r"^nvfuser (transpose|resize)\b", ("nvfuser_transpose_f0_c1_r0_g0",)),
     # cuDNN v8/v9 and MIOpen convolution engines; "convert" is no convolution.
     ("gemm", "convolution",
-     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask( \d+ x)? (cudnn|trt)|scudnn|\b[hi] \d+ cudnn\b|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
+     r"\bconv(?!ert)|winograd|dgrad|wgrad|fprop|implicit (gemm|convolve)|\bigemm|cask( \d+ x)? (cudnn|trt)|scudnn|\b[hsi] \d+ cudnn\b|\bprecompute indices\b|\bim 2 col gemm|\bfft \d d (r 2 c|c 2 r)\b",
      ("void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int, int)",
       "sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_kernel_cudnn",
       "cudnn_infer_volta_scudnn_128x128_relu_medium_nn_v1",
       "trt_ampere_h16816cudnn_64x64_sliced1x2_ldg8_relu_exp_stages_64x5_small_nhwc_linkable_tn_v1",  # TensorRT, fp16 conv
+      # cuDNN's tensor-core engines: s884cudnn/s1688cudnn (fp32 accumulate) as well as h/i; relu is the fused epilogue
+      "volta_s884cudnn_fp16_128x128_ldg8_relu_exp_interior_nhwc_tn_v1",
+      "turing_fp16_s1688cudnn_fp16_128x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1",
+      # precomputes the gather indices of an implicit-GEMM convolution, like cask's computeOffsetsKernel
+      "void cudnn::cnn::kern_precompute_indices<false>(int*, int, int, int, int, int, int)",
       "void cask_trt::computeOffsetsKernel<(bool)0, (bool)0>(cask_trt::ComputeOffsetsParams)",  # TensorRT conv's index precompute
       "void cask__5x_cudnn::computeOffsetsKernel<(bool)0, (bool)0>(cask__5x_cudnn::ComputeOffsetsParams)",  # cuDNN 9's copy
       "naive_conv_fwd_nchw_float_double_float",
@@ -178,9 +183,11 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # even when the name also says embedding (vLLM's rotary_embedding_kernel), index (ATen's arange
     # launcher) or transpose (DeepSeek's swiglu_and_per_channel_cast_and_transpose).
     ("elementwise", "named_pointwise",
-     r"rotary|\brope\b|\bphilox random|\bwith index\b|\barange|\blinspace|exponential|swiglu|\bsilu|\bgelu|\bgeglu|\bact and mul",
+     r"rotary|\brope\b|\bphilox random|\bthree ?fry\b|\bwith index\b|\barange|\blinspace|exponential|swiglu|\bsilu|\bgelu|\bgeglu|\bact and mul",
      ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloat16*, c10::BFloat16 const*, int)",
-      "void cuda::swiglu_and_per_channel_cast_and_transpose<256, 128, false>(void const*, unsigned char*, float*, int, int, float, __nv_fp8_interpretation_t)")),
+      "void cuda::swiglu_and_per_channel_cast_and_transpose<256, 128, false>(void const*, unsigned char*, float*, int, int, float, __nv_fp8_interpretation_t)",
+      # JAX's counter-based random number generator (jax.random), one output word per thread
+      "jax::<unnamed>::ThreeFry2x32Kernel(const unsigned int *, const unsigned int *, const unsigned int *, const unsigned int *, unsigned int *, unsigned int *, long)")),
     # Sorts, scans and selections; rocPRIM/CUB partition (stream compaction, behind nonzero/unique) too.
     ("reduction", "topk_sort",
      r"\btop ?k|\bsort|\bradix|\bscan\b|\barg ?(max|min)|\bcum ?(sum|prod)|\bunique|\bhistogram|\bselect (k|top)|onesweep|\bpartition|\btop ?p\b|\btopp\b|\bcu seq lens",
@@ -217,7 +224,7 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
     # taken by the GEMM row above. So are triu/tril (a masked copy) and device-wide transforms
     # (rocPRIM's transform, under its trampoline_kernel launcher).
     ("elementwise", "pointwise",
-     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activat(e|ion)|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bpenalty|\bvectorized|\btri[ul]\b|\btransform\b",
+     r"element ?wise|\belem ?wise|pointwise|functor|\baccum\b|\bsquare\b|\btriad\b|\bscal\b|\beigen meta kernel\b|activat(e|ion)|relu|sigmoid|tanh|dropout|threshold|clamp|\bwhere\b|scale|scaling|bias|\badd|\bmul\b|\bmultiply\b|\bdiv(ide)?\b|\bsub(tract)?\b|\bexp\b|\bpow\b|sqrt|\bneg\b|\babs\b|\blog\b|\bsin\b|\bcos\b|\b(auto)?cast|quant|\bupsample|\binterpolat|\bconvert|\bunary|\bbinary|\bternary|bcast|\bop \d d tensor|\btensor op|\bop tensor|\bsub tensor|\bscale tensor|\brandom|\buniform|\bnormal\b|distribution|philox|\b(cu|roc)rand\b|\bgenerate seed|\bgen sequenced|^cupy\b|bernoulli|\blerp|\baxpy|\bfma\b|\bsoftplus|\bsign\b|\bround|\bmasked|\bfused (add|mul|bias)|\bpenalty|\bvectorized|\btri[ul]\b|\btransform\b|\bshift (left|right)\b",
      ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, MulFunctor<float>>, std::array<char*, 3>>(int)",
       "SubTensorOpWithScalar1d",
       "Op2dTensorGeneric",
@@ -243,7 +250,10 @@ KERNEL_RULES = (  # first match wins; patterns match the words of the kernel's o
       "cupy_absolute__complex128_float64",
       "void fastertransformer::batchApplyTemperaturePenalty<float>(float*, float const*, float const*, int, int, int)",  # scales logits  # CuPy names an elementwise ufunc kernel cupy_<ufunc>__<dtypes>
       # Upsampling interpolates each output from a few neighbouring inputs (a weighted sum, like lerp): pointwise
-      "void at::native::(anonymous namespace)::upsample_linear1d_out_frame<float, float>(int, T2, bool, at::GenericPackedTensorAccessor<const T1, (unsigned long)3, at::DefaultPtrTraits, long>, at::GenericPackedTensorAccessor<T1, (unsigned long)3, at::DefaultPtrTraits, long>)")),
+      "void at::native::(anonymous namespace)::upsample_linear1d_out_frame<float, float>(int, T2, bool, at::GenericPackedTensorAccessor<const T1, (unsigned long)3, at::DefaultPtrTraits, long>, at::GenericPackedTensorAccessor<T1, (unsigned long)3, at::DefaultPtrTraits, long>)",
+      # XLA names an unfused kernel by its HLO op and a counter (JAX on GPU, nsys): a bit shift of each element.
+      # Its fusions are plain "fusion_N" and say nothing of their contents: those stay "other".
+      "shift_right_logical_3")),
 )  # fmt: skip
 
 OTHER = ("other", "other")

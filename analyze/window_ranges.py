@@ -36,6 +36,10 @@ from profiler_kit.analyze.stats import ValueCounts, sorted_distinct
 from profiler_kit.analyze.taxonomy import CATEGORIES
 
 BIG, SMALL = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+# What a window task sends back of each range still open at its edge (``RangeWindows.shipped``).
+ALIVE_SUMS = ("label_id", "is_phase", "duration_ns", "end_ns", *(
+    f"{p}_{c}" for p in ("own", "win") for c in ("first", "last", "kernels", "ns")
+))  # fmt: skip
 
 
 class Ids:
@@ -91,6 +95,14 @@ class Sums:
         known = category >= 0
         np.add.at(self.table, (ids[known], 4 + category[known]), duration[known])
         self.seen[np.bincount(category[known], minlength=len(CATEGORIES)) > 0] = True
+
+    def absorb(self, other: Sums, ids: np.ndarray) -> None:
+        """Add ``other``'s sums, its name i being this one's ``ids[i]`` (``RangeWindows.absorb``)."""
+        n = len(other.table)
+        if n:
+            self.grow(int(ids[:n].max()) + 1)
+            np.add.at(self.table, ids[:n], other.table)
+        self.seen |= other.seen
 
     def columns(self, order: np.ndarray, n: int) -> tuple:
         """projected, span, kernels, kernel time and the ``<category>_ns`` columns of names ``order``."""
@@ -172,6 +184,30 @@ class Pairs:
             slot = (int(row_keys[r] >> 32), int(thread_of(row_keys[r : r + 1] & 0xFFFFFFFF)[0]))
             self.first[slot] = min(here, self.first.get(slot, here))
 
+    def absorb(self, other: Pairs, names: np.ndarray) -> None:
+        """Merge the pairs of a later window's task, its name i being this one's ``names[i]``: sums added, each
+        (pair, range) key that both count (a range over both windows: their ``seen``) taken once."""
+        kernels = self.kernel_ids.of(other.kernel_ids.texts())
+        ids = np.empty(len(other.name), dtype=np.int64)
+        for i, (name, kernel) in enumerate(zip(other.name, other.kernel, strict=True)):
+            key = (int(names[name]), int(kernels[other.kernel_ids.ids[kernel]]))
+            if key not in self.pair_ids:
+                self.pair_ids[key] = len(self.pair_ids)
+                self.name.append(key[0])
+                self.kernel.append(kernel)
+                self.category.append(other.category[i])
+            ids[i] = self.pair_ids[key]
+        if len(self.pair_ids) > len(self.sums):
+            self.sums = np.vstack([self.sums, np.zeros((len(self.pair_ids) - len(self.sums), 3), np.int64)])
+        np.add.at(self.sums, ids[: len(other.sums)], other.sums)
+        theirs = (ids[other.seen >> 32] << 32) | (other.seen & 0xFFFFFFFF)
+        np.add.at(self.sums[:, 0], theirs[np.isin(theirs, self.seen)] >> 32, -1)
+        self.seen = np.union1d(self.seen, theirs)
+        for (pair, thread), at in other.first.items():
+            slot = (int(ids[pair]), thread)
+            self.first[slot] = min(at, self.first.get(slot, at))
+        self.names_with_pairs.update(int(names[n]) for n in other.names_with_pairs)
+
     def forget(self, alive_rowids: np.ndarray) -> None:
         """Drop the (pair, range) keys of ranges no longer carried."""
         self.seen = self.seen[np.isin(self.seen & 0xFFFFFFFF, alive_rowids)]
@@ -219,6 +255,7 @@ class RangeWindows:
         self.thread_first: dict[int, int] = {}  # own-thread key -> first eligible range rowid
         self.pid_first: dict[int, int] = {}  # process -> first phase range rowid
         self.labels_with_pairs: set[int] = set()  # labels of ranges with a (range, op) pair: the categories' order
+        self.opened: list[pd.DataFrame] = []  # merged window tasks' ranges open at their edges (``absorb``)
 
     def _label_ids(self, ranges: pd.DataFrame) -> np.ndarray:
         codes, labels = range_label_codes(ranges)
@@ -227,15 +264,30 @@ class RangeWindows:
         first = np.full(len(texts), BIG, dtype=np.int64)
         np.minimum.at(first, codes, rowid)
         ids = self.labels.of(texts, first.tolist())
-        new = pd.Series(self.labels.texts()[len(self.group_of) :], dtype=object)
-        if len(new):  # each new label's group (emit_nvtx base name) and whether it names a phase
-            self.group_of.extend(self.groups.of(base_range_names(new).tolist()).tolist())
-            self.is_phase.extend((new.str.contains(PHASE_PATTERN) & ~new.str.contains(NOT_PHASE_PATTERN)).tolist())
+        self._new_labels()
         return ids[codes]
 
-    def add(self, ranges: pd.DataFrame | None, ops: pd.DataFrame, launched: pd.DataFrame, kernel_rowid: np.ndarray):
+    def _new_labels(self) -> None:
+        """Each new label's group (emit_nvtx base name) and whether it names a phase."""
+        new = pd.Series(self.labels.texts()[len(self.group_of) :], dtype=object)
+        if len(new):
+            self.group_of.extend(self.groups.of(base_range_names(new).tolist()).tolist())
+            self.is_phase.extend((new.str.contains(PHASE_PATTERN) & ~new.str.contains(NOT_PHASE_PATTERN)).tolist())
+
+    def add(
+        self,
+        ranges: pd.DataFrame | None,
+        ops: pd.DataFrame,
+        launched: pd.DataFrame,
+        kernel_rowid: np.ndarray,
+        carried: pd.DataFrame | None = None,
+    ):
         """One window: its new ``ranges`` (index: NVTX rowid), its ``ops`` (``gpu_ops``) and their ``launched``
-        calls (``projection.launches``), the kernels' rowids (kernels come first in ops)."""
+        calls (``projection.launches``), the kernels' rowids (kernels come first in ops). ``carried``: the ranges
+        of earlier windows still open to its launches, when this window is a task of its own
+        (``analyze.window_tasks``): projected onto, their CPU times counted where they began."""
+        if carried is not None and len(carried):
+            self._new_ranges(carried, counted=False)
         if ranges is not None and len(ranges):
             self._new_ranges(ranges)
         if self.alive is None or not len(self.alive):
@@ -255,10 +307,11 @@ class RangeWindows:
             window = project_nvtx(phases, slim, launched, any_thread=True)
             self._project(window, ops, launch_start, op_order, phase=True)
 
-    def _new_ranges(self, ranges: pd.DataFrame) -> None:
+    def _new_ranges(self, ranges: pd.DataFrame, counted: bool = True) -> None:
         label = self._label_ids(ranges)
         rowid = ranges.index.to_numpy()
-        self.cpu.add(label, ranges["duration_ns"].to_numpy())
+        if counted:
+            self.cpu.add(label, ranges["duration_ns"].to_numpy())
         eligible = ranges["end_tid"].to_numpy() < 0
         threads = pack(ranges["pid"].to_numpy(), ranges["tid"].to_numpy())
         for key, r in zip(threads[eligible].tolist(), rowid[eligible].tolist(), strict=True):
@@ -357,11 +410,14 @@ class RangeWindows:
             entry[1] += c
             entry[2] += t
 
-    def evict(self, before: int) -> None:
-        """Finish the ranges that end before ``before``: no launch still to come can lie inside them."""
+    def evict(self, before: int, keep: np.ndarray | None = None) -> None:
+        """Finish the ranges that end before ``before``: no launch still to come can lie inside them. Not those
+        of rowids ``keep`` (a window task's carried ranges: finished once the tasks' sums of them are merged)."""
         if self.alive is None or not len(self.alive):
             return
         done = self.alive["end_ns"].to_numpy() < before
+        if keep is not None and len(keep):
+            done &= ~np.isin(self.alive.index.to_numpy(), keep)
         if done.any():
             self._finish(self.alive[done])
             self.alive = self.alive[~done]
@@ -390,8 +446,63 @@ class RangeWindows:
                 )
             )
 
+    def shipped(self) -> RangeWindows:
+        """This window task's state to send back: its open ranges reduced to what ``absorb`` and ``_finish`` read."""
+        if self.alive is not None:
+            self.alive = self.alive[list(ALIVE_SUMS)]
+        return self
+
+    def absorb(self, other: RangeWindows) -> None:
+        """Merge the state of the next window's task (``analyze.window_tasks``): names matched by text, sums
+        added; the ranges open at either side's edge kept apart (``opened``) and finished at the end, once the
+        sums of every window they spanned are in (``tables``)."""
+        labels = self.labels.of(other.labels.texts(), other.labels.key)
+        self._new_labels()
+        groups = np.array([self.groups.ids[t] for t in other.groups.texts()], dtype=np.int64)
+        other.cpu.compact()
+        if len(other.cpu.groups):
+            self.cpu.add(labels[other.cpu.groups], other.cpu.values, other.cpu.counts)
+        self.own.absorb(other.own, labels)
+        self.phase.absorb(other.phase, labels)
+        self.group_own.absorb(other.group_own, groups)
+        self.group_pairs.absorb(other.group_pairs, groups)
+        self.phase_pairs.absorb(other.phase_pairs, labels)
+        for i in range(2):
+            self.outside[i] += other.outside[i]
+            self.outside[2 + i] = self.outside[2 + i] + other.outside[2 + i]
+        kernels = self.outside_kernels.of(other.outside_kernels.texts(), other.outside_kernels.key)
+        for k, (category, count, total) in other.outside_sums.items():
+            entry = self.outside_sums.setdefault(int(kernels[k]), [category, 0, 0])
+            entry[1] += count
+            entry[2] += total
+        for mine, theirs in ((self.thread_first, other.thread_first), (self.pid_first, other.pid_first)):
+            for key, r in theirs.items():
+                mine[key] = min(r, mine.get(key, r))
+        self.labels_with_pairs.update(int(labels[i]) for i in other.labels_with_pairs)
+        for rows in other.phase_rows:
+            self.phase_rows.append(rows.assign(label_id=labels[rows["label_id"].to_numpy()]))
+        if other.alive is not None and len(other.alive):
+            self.opened.append(other.alive.assign(label_id=labels[other.alive["label_id"].to_numpy()]))
+
+    def _opened_ranges(self) -> pd.DataFrame | None:
+        """The ranges open at some task's edge, each once with its sums over every window (``absorb``)."""
+        if not self.opened:
+            return None
+        rows = pd.concat(self.opened)
+        by = rows.groupby(level=0, sort=False)
+        out = by[["label_id", "is_phase", "duration_ns", "end_ns"]].first()
+        for prefix in ("own", "win"):
+            out[f"{prefix}_first"] = by[f"{prefix}_first"].min()
+            out[f"{prefix}_last"] = by[f"{prefix}_last"].max()
+            for column in (f"{prefix}_kernels", f"{prefix}_ns"):
+                out[column] = by[column].sum()
+        return out[list(ALIVE_SUMS)]
+
     def tables(self) -> dict[str, pd.DataFrame]:
         """range_names, range_groups, range_group_kernels, phases, phase_kernels, phase_categories (as analyze_trace's)."""
+        opened = self._opened_ranges()
+        if opened is not None:
+            self.alive, self.opened = opened, []
         self.evict(BIG)
         texts = self.labels.texts()
         n = len(texts)

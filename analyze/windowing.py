@@ -18,11 +18,14 @@ MEMORY_SHARE = 0.2  # an export larger than this share of the memory available i
 @dataclass
 class Windowing:
     """When a report reads an export in windows: ``always`` (``report --window``), else when it is larger than
-    a fifth of the memory available; ``rows`` per window; ``on_window(done, windows)`` after each (a progress bar)."""
+    a fifth of the memory available; ``rows`` per window; ``on_window(done, windows)`` after each (a progress bar);
+    ``scratch``, the folder of the spill files (``report --tmp``; default the system's temporary folder): with
+    the windows on Dask workers (``analyze.window_tasks``), one every worker sees at the same path."""
 
     always: bool = False
     rows: int = WINDOW_ROWS
     on_window: Callable[[int, int], None] | None = None
+    scratch: str | None = None
 
     refused: dict = field(default_factory=dict)  # path -> why it was read whole though windows were wanted
 

@@ -30,6 +30,9 @@ ranges, and the partial tables (distinct (name, duration) pairs, per-name sums).
 time, so a burst of kernels makes a fuller window. Exactness rests on one fact of CUDA: a kernel or copy starts
 after the call that launched it started; a trace where a clock runs backwards may match fewer launches here.
 The spill files (about 50 bytes a row) go to a temporary folder, removed at the end.
+
+The carries chain each window to the one before; ``analyze.window_tasks`` works them out beforehand so that the
+windows are independent tasks (``report --window --workers N`` or ``--scheduler``), merged into the same tables.
 """
 
 from __future__ import annotations
@@ -147,16 +150,21 @@ class Spill:
 
     def take(self, window: int) -> pd.DataFrame:
         """The rows of ``window``, in table order."""
-        width = len(self.columns)
-        parts = []
-        with open(self.path, "rb") as fh:
-            for offset, rows in self.pieces.get(window, []):
-                fh.seek(offset)
-                parts.append(np.fromfile(fh, dtype=np.int64, count=rows * width).reshape(width, rows))
-        if len(parts) == 1:
-            return pd.DataFrame(dict(zip(self.columns, parts[0], strict=True)), copy=False)
-        block = np.concatenate(parts, axis=1) if parts else np.zeros((width, 0), dtype=np.int64)
-        return pd.DataFrame(dict(zip(self.columns, block, strict=True)), copy=False)
+        return read_pieces(self.path, self.columns, self.pieces.get(window, []))
+
+
+def read_pieces(path: str | Path, columns: list[str], pieces: list[tuple[int, int]]) -> pd.DataFrame:
+    """The rows of a spill's ``pieces`` (byte offset, rows), one after another (``Spill``)."""
+    width = len(columns)
+    parts = []
+    with open(path, "rb") as fh:
+        for offset, rows in pieces:
+            fh.seek(offset)
+            parts.append(np.fromfile(fh, dtype=np.int64, count=rows * width).reshape(width, rows))
+    if len(parts) == 1:
+        return pd.DataFrame(dict(zip(columns, parts[0], strict=True)), copy=False)
+    block = np.concatenate(parts, axis=1) if parts else np.zeros((width, 0), dtype=np.int64)
+    return pd.DataFrame(dict(zip(columns, block, strict=True)), copy=False)
 
 
 @dataclass
@@ -170,6 +178,7 @@ class Split:
     nvtx_ranges: int = 0
     nvtx_last: int = -(1 << 63)
     nvtx_pids: set = field(default_factory=set)  # the processes of the ranges (a trace without GPU ops counts them)
+    reach: dict[int, dict[int, int]] | None = None  # window -> device -> latest end of its GPU ops (window tasks)
 
     @property
     def windows(self) -> int:
@@ -210,14 +219,17 @@ NVTX_SPILL = ["rowid", "start", "end", "eventType", "textId", "globalTid", "endG
 DOMAIN_CREATE = 75
 
 
-def split(exp: Export, folder: Path, window_rows: int, texts: dict[str, int], domains: list) -> Split:
+def split(
+    exp: Export, folder: Path, window_rows: int, texts: dict[str, int], domains: list, reach: bool = False
+) -> Split:
     """The first pass: every activity table's rows into the spill of their window (see the module's docstring).
 
     ``texts`` collects the NVTX texts (text -> code, a spilled row keeps the code), ``domains`` the NVTX domain
-    creations (few, and every window's ranges need them for their names).
+    creations (few, and every window's ranges need them for their names). ``reach``: note per window and device
+    the latest end of a GPU op (``Split.reach``), which windows analysed apart need for the GPU busy time.
     """
     edges = plan_edges(exp, window_rows)
-    out = Split(edges, {}, {})
+    out = Split(edges, {}, {}, reach={} if reach else None)
     piece_rows = max(window_rows, MIN_PIECE_ROWS)
     tables = [t for t in (KERNEL_TABLE, RUNTIME_TABLE, *MEMOP_TABLES) if exp.has(t)]
     # The big tables are split on threads (the page reader's numpy steps release the GIL) while the NVTX table,
@@ -229,26 +241,42 @@ def split(exp: Export, folder: Path, window_rows: int, texts: dict[str, int], do
         if exp.has(NVTX_TABLE):
             _split_nvtx(exp, out, folder, piece_rows, texts, domains)
         for table, done in firsts:
-            spill, first_ids = done.result()
+            spill, first_ids, reaches = done.result()
             if spill is not None:
                 out.spills[table] = spill
             for w, per_pid in first_ids.items():
                 here = out.first_op_id.setdefault(w, {})
                 for pid, cid in per_pid.items():
                     here[pid] = min(cid, here.get(pid, cid))
+            for w, per_device in reaches.items():
+                here = out.reach.setdefault(w, {})
+                for device, end in per_device.items():
+                    here[device] = max(end, here.get(device, end))
     return out
 
 
-def _split_table(exp: Export, table: str, out: Split, folder: Path, rows: int) -> tuple[Spill | None, dict]:
-    """One activity table into its spill, and (GPU op tables) per window and process the smallest correlation id."""
-    spill, first_ids = None, {}
+def _split_table(exp: Export, table: str, out: Split, folder: Path, rows: int) -> tuple[Spill | None, dict, dict]:
+    """One activity table into its spill, and (GPU op tables) per window and process the smallest correlation id,
+    and (when ``out.reach`` is wanted) per window and device the latest end of an op."""
+    spill, first_ids, reaches = None, {}, {}
     for piece in table_pieces(exp, table, rows):
         spill = spill or Spill(folder / f"{table}.bin", list(piece.columns))
         window = out.window_of(piece["start"].to_numpy())
         spill.add(piece, window)
         if table != RUNTIME_TABLE:
             _note_first_ids(first_ids, window, piece)
-    return spill, first_ids
+            if out.reach is not None:
+                _note_reach(reaches, window, piece)
+    return spill, first_ids, reaches
+
+
+def _note_reach(reach: dict, window: np.ndarray, piece: pd.DataFrame) -> None:
+    """Per window and device the latest end of an op (an unrecorded end: its start, as the frames take it)."""
+    end, start = piece["end"].to_numpy(), piece["start"].to_numpy()
+    frame = pd.DataFrame({"w": window, "d": piece["deviceId"].to_numpy(), "end": np.where(end != MISSING, end, start)})
+    for (w, d), e in frame.groupby(["w", "d"])["end"].max().items():
+        here = reach.setdefault(int(w), {})
+        here[int(d)] = max(int(e), here.get(int(d), int(e)))
 
 
 def _note_first_ids(first: dict, window: np.ndarray, piece: pd.DataFrame) -> None:
@@ -561,19 +589,13 @@ def analyze_windows(
     ``on_window(done, windows)`` is called after each window (for a progress bar); the spill files go in a
     temporary folder under ``scratch`` (default: the system's), removed at the end.
     """
-    from profiler_kit.analyze.nsys_sqlite import _strings, export_meta
+    from profiler_kit.analyze.nsys_sqlite import _strings
 
     path = Path(path)
     exp = Export(path)
     try:
-        meta_rows = read_metadata(exp)
-        version = check_schema_version(path, meta_rows)
-        if exp.has(GRAPH_TRACE_TABLE) or exp.graph_column is not None:
-            raise InputError(f"{path}: CUDA graphs are traced in it; a windowed report does not take them yet")
+        meta, gpus = export_header(exp, path)
         strings = _strings(exp)
-        meta = export_meta(path, version, meta_rows)
-        gpu_rows = read_gpus(exp)
-        gpus = Trace() if gpu_rows is None else Trace(gpus=gpu_rows).validated()
         with tempfile.TemporaryDirectory(prefix="profiler-kit-windows-", dir=scratch) as folder:
             texts: dict[str, int] = {}
             domains: list[pd.DataFrame] = []
@@ -582,6 +604,18 @@ def analyze_windows(
         return WindowedResult(meta, tables_of(partials, gpus, info, ranges), info.windows)
     finally:
         exp.close()
+
+
+def export_header(exp: Export, path: Path) -> tuple[dict, Trace]:
+    """The export's metadata and its GPUs (a Trace holding them), its schema checked and CUDA graphs refused."""
+    from profiler_kit.analyze.nsys_sqlite import export_meta
+
+    meta_rows = read_metadata(exp)
+    version = check_schema_version(path, meta_rows)
+    if exp.has(GRAPH_TRACE_TABLE) or exp.graph_column is not None:
+        raise InputError(f"{path}: CUDA graphs are traced in it; a windowed report does not take them yet")
+    gpu_rows = read_gpus(exp)
+    return export_meta(path, version, meta_rows), Trace() if gpu_rows is None else Trace(gpus=gpu_rows).validated()
 
 
 def _second_pass(exp: Export, info: Split, strings: pd.Series, texts: dict, domains: list, on_window):
@@ -639,12 +673,20 @@ def _window_trace(exp: Export, rows: dict[str, pd.DataFrame], strings: pd.Series
         runtime_ids = runtime["nameId"].to_numpy()
         trace.runtime = runtime_calls(runtime.drop(columns="rowid"), strings)
     trace = trace.validated()
-    events = rows.get(NVTX_TABLE)
-    if events is not None and len(events):
-        if nvtx.domains is not None and len(nvtx.domains):
-            events = pd.concat([nvtx.domains, events], ignore_index=True)
-        ranges = nvtx_ranges(events, events["text"].to_numpy(), nvtx.texts, strings, details=False, last=last)
-        if ranges is not None:
-            rowid = events["rowid"].to_numpy()[np.isin(events["eventType"].to_numpy(), NVTX_EVENTS)]
-            trace.nvtx = validate(ranges, NVTX_RANGES).set_axis(pd.Index(rowid), axis=0)
+    ranges = range_frame(rows.get(NVTX_TABLE), strings, nvtx, last)
+    if ranges is not None:
+        trace.nvtx = ranges
     return trace, kernel_rowid, runtime_ids
+
+
+def range_frame(events: pd.DataFrame | None, strings: pd.Series, nvtx: Nvtx, last: int) -> pd.DataFrame | None:
+    """The NVTX ranges of spilled rows ``events``, indexed by their rowid (None: none)."""
+    if events is None or not len(events):
+        return None
+    if nvtx.domains is not None and len(nvtx.domains):
+        events = pd.concat([nvtx.domains, events], ignore_index=True)
+    ranges = nvtx_ranges(events, events["text"].to_numpy(), nvtx.texts, strings, details=False, last=last)
+    if ranges is None:
+        return None
+    rowid = events["rowid"].to_numpy()[np.isin(events["eventType"].to_numpy(), NVTX_EVENTS)]
+    return validate(ranges, NVTX_RANGES).set_axis(pd.Index(rowid), axis=0)

@@ -12,6 +12,12 @@ config beat the Triton kernel)::
 ``--probe FILE`` first runs every config once at a small size, each in its own process with a time limit (in
 parallel: this also compiles them into Triton's cache), against fp32 math attention, and writes which passed;
 ``--probed FILE`` screens only those, so a config that hangs or fails costs its limit, not the screen.
+``--configs`` limits both to the configs named, ``--kinds`` to the forward or the backward; ``--kv-heads`` gives K/V
+fewer heads (SDPA with ``enable_gqa``), ``--bwd-head-groups`` times the backward with each launch order (heads
+started in groups of this many, longest programs of a group first; 0 the module's ``HEAD_GROUP``; rows
+``gluon:NAME/hgN`` for N > 0); with grouped-query heads each backward is timed with a program per K/V head looping
+over its query heads (``/loop``) and a program per query head (``/split``, ``flash_gluon_bwd128.SPLIT_GQA``).
+``--best`` does not choose among rows with a ``/``.
 """
 
 from __future__ import annotations
@@ -55,10 +61,15 @@ def probe(kind: str, name: str, causal: bool) -> float:
     return max(_rel(g, r.grad) for g, r in zip(got, ref, strict=True))
 
 
-def probe_all(path: str, limit: int) -> None:
+def _names(mod, configs, kind: str, kinds) -> list[str]:
+    """The configs of ``mod`` to screen: those named in ``configs`` (all where None), none if ``kind`` is left out."""
+    return [n for n in mod.CONFIGS if (configs is None or n in configs) and kind in kinds]
+
+
+def probe_all(path: str, limit: int, configs=None, kinds=("fwd", "bwd")) -> None:
     """Every config's probe in its own process, all at once, each within ``limit`` s; ``path``: the passed ones."""
     jobs = [(kind, name, causal) for kind, mod in (("fwd", flash_gluon_fwd), ("bwd", flash_gluon_bwd128))
-            for name in mod.CONFIGS for causal in (True, False)]  # fmt: skip
+            for name in _names(mod, configs, kind, kinds) for causal in (True, False)]  # fmt: skip
     procs = [
         subprocess.Popen([sys.executable, __file__, "--probe-one", kind, name, str(int(causal))], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -80,14 +91,22 @@ def probe_all(path: str, limit: int) -> None:
         json.dump(passed, f)
 
 
-def screen_case(seq: int, causal: bool, heads: int, warmup: int, rep: int, allowed=None) -> list[dict]:
+def screen_case(
+    seq: int, causal: bool, heads: int, warmup: int, rep: int, allowed=None, kv_heads: int = 0, configs=None,
+    kinds=("fwd", "bwd"), head_groups=(0,),
+) -> list[dict]:  # fmt: skip
     """Rows of one (seq, mask): kind fwd / bwd, impl, ms, TFLOP/s, error against the Triton kernels' result."""
     d = 128
+    kv = kv_heads or heads
     gen = torch.Generator(device="cuda").manual_seed(seq + causal)
-    q, k, v, do = (torch.randn(1, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
-    q3, k3, v3, do3 = (t.view(heads, seq, d) for t in (q, k, v, do))
+    q, do = (torch.randn(1, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    k, v = (torch.randn(1, kv, seq, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    q3, do3 = (t.view(heads, seq, d) for t in (q, do))
+    k3, v3 = (t.view(kv, seq, d) for t in (k, v))
+    gqa = {"enable_gqa": True} if kv != heads else {}
     fwd_flops = 4.0 * heads * seq * seq * d / (2 if causal else 1)
-    base = {"seq": seq, "causal": causal, "heads": heads, "d_head": d, "device": torch.cuda.get_device_name()}
+    base = {"seq": seq, "causal": causal, "heads": heads, "kv_heads": kv, "d_head": d,
+            "device": torch.cuda.get_device_name()}  # fmt: skip
     rows = []
 
     def add(kind, impl, fn, err=float("nan"), grads=None):
@@ -99,13 +118,16 @@ def screen_case(seq: int, causal: bool, heads: int, warmup: int, rep: int, allow
         print(json.dumps(row), flush=True)
 
     sq, sk, sv = (t.clone().requires_grad_() for t in (q, k, v))
-    add("fwd", "sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-    out = F.scaled_dot_product_attention(sq, sk, sv, is_causal=causal)
-    add("bwd", "sdpa", lambda: out.backward(do, retain_graph=True), grads=[sq, sk, sv])
+    if "fwd" in kinds:
+        add("fwd", "sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa))
+    out = F.scaled_dot_product_attention(sq, sk, sv, is_causal=causal, **gqa)
+    if "bwd" in kinds:
+        add("bwd", "sdpa", lambda: out.backward(do, retain_graph=True), grads=[sq, sk, sv])
 
     o_ref, lse_ref = ft.forward_kernels(q3, k3, v3, causal, tma=False)  # the Triton forward
-    add("fwd", "triton", lambda: ft.forward_kernels(q3, k3, v3, causal, tma=False))
-    for name in flash_gluon_fwd.CONFIGS:
+    if "fwd" in kinds:
+        add("fwd", "triton", lambda: ft.forward_kernels(q3, k3, v3, causal, tma=False))
+    for name in _names(flash_gluon_fwd, configs, "fwd", kinds):
         if allowed is not None and ["fwd", name, causal] not in allowed:
             continue
         o, lse = torch.empty_like(q3), torch.empty(heads, seq, device="cuda", dtype=torch.float32)
@@ -119,23 +141,32 @@ def screen_case(seq: int, causal: bool, heads: int, warmup: int, rep: int, allow
             err = float("inf")
         add("fwd", f"gluon:{name}", lambda n=name, o=o, lse=lse: flash_gluon_fwd.forward(q3, k3, v3, o, lse, d**-0.5, causal, n), err)  # fmt: skip
 
+    if "bwd" not in kinds:
+        return rows
     want = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma")
     add("bwd", "triton", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma"))
-    kept = ft.BWD_GLUON128
-    for name in flash_gluon_bwd128.CONFIGS:
+    kept = ft.BWD_GLUON128, ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA
+    ft.BWD_GLUON128_GQA = True
+    for name in _names(flash_gluon_bwd128, configs, "bwd", kinds):
         if allowed is not None and ["bwd", name, causal] not in allowed:
             continue
         ft.BWD_GLUON128 = name
-        try:
-            got = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws")
-            torch.cuda.synchronize()
-            err = max(_rel(g, w) for g, w in zip(got, want, strict=True))
-            err = err if err < 1e-2 else float("inf")
-        except Exception as e:
-            print(f"bwd {name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
-            err = float("inf")
-        add("bwd", f"gluon:{name}", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws"), err)  # fmt: skip
-        ft.BWD_GLUON128 = kept
+        splits = (False, True) if kv != heads else (None,)
+        for hg, split in ((hg, split) for hg in head_groups for split in splits):
+            opts = {"HEAD_GROUP": hg or flash_gluon_bwd128.HEAD_GROUP}
+            if split is not None:
+                flash_gluon_bwd128.SPLIT_GQA = dict.fromkeys(("causal", "full"), split)
+            try:
+                got = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws", opts=opts)
+                torch.cuda.synchronize()
+                err = max(_rel(g, w) for g, w in zip(got, want, strict=True))
+                err = err if err < 1e-2 else float("inf")
+            except Exception as e:
+                print(f"bwd {name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+                err = float("inf")
+            impl = f"gluon:{name}" + (f"/hg{hg}" if hg else "") + {None: "", False: "/loop", True: "/split"}[split]
+            add("bwd", impl, lambda o=opts: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws", opts=o), err)  # fmt: skip
+    ft.BWD_GLUON128, ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA = kept
     return rows
 
 
@@ -150,7 +181,7 @@ def best_configs(rows: list[dict]) -> dict:
     means = {key: math.exp(sum(map(math.log, v)) / len(v)) for key, v in score.items() if all(map(math.isfinite, v))}
     out: dict = {"means": {f"{k}:{i}": round(m, 3) for (k, i), m in means.items()}}
     for kind, key in (("fwd", "fwd_gluon"), ("bwd", "bwd_gluon128")):
-        gluon = {i: m for (k, i), m in means.items() if k == kind and i.startswith("gluon:")}
+        gluon = {i: m for (k, i), m in means.items() if k == kind and i.startswith("gluon:") and "/" not in i}
         if gluon and max(gluon.values()) > means.get((kind, "triton"), 0.0):
             name = max(gluon, key=gluon.get).removeprefix("gluon:")
             out[key] = {"128": name} if kind == "fwd" else name
@@ -161,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seq", nargs="+", type=int, default=[4096, 16384])
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=0, help="K/V heads, a divisor of --heads (0: as many)")
+    p.add_argument("--configs", nargs="+", default=None, help="only these configs (default: every one)")
+    p.add_argument("--kinds", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
+    p.add_argument("--bwd-head-groups", nargs="+", type=int, default=[0], help="0: the module's HEAD_GROUP")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
     p.add_argument("--out", default=None, help="JSONL of every row")
@@ -175,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"err {probe(kind, name, causal == '1'):.3e}")
         return 0
     if args.probe:
-        probe_all(args.probe, args.probe_limit)
+        probe_all(args.probe, args.probe_limit, args.configs, args.kinds)
         return 0
     allowed = None
     if args.probed:
@@ -184,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for causal in (True, False):
         for seq in args.seq:
-            rows += screen_case(seq, causal, args.heads, args.warmup, args.rep, allowed)
+            rows += screen_case(seq, causal, args.heads, args.warmup, args.rep, allowed, args.kv_heads, args.configs,
+                                args.kinds, args.bwd_head_groups)  # fmt: skip
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)

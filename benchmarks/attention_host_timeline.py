@@ -8,6 +8,7 @@ layer out, next to SDPA, and writes a PyTorch profiler trace (CPU ops and kernel
 (It replaces ``benchmarks/attention_overhead.py`` of runs 5 and 7, whose rows it kept.)
 
     python benchmarks/attention_host_timeline.py --seq 1024 --out /tmp/host
+    python benchmarks/attention_host_timeline.py --seq 4096 --d-head 128 --profile 25   # + cProfile's top 25
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "--impl-file", type=Path, help="time this copy of workloads/flash_triton.py instead (e.g. an older one)"
     )
     p.add_argument("--tag", default="", help="suffix of the output files' names")
+    p.add_argument("--profile", type=int, default=0, metavar="TOP", help="cProfile of full(): the TOP functions")
     args = p.parse_args(argv)
 
     if args.impl_file:  # its own process: both copies register the same torch.library ops
@@ -199,6 +201,18 @@ def main(argv: list[str] | None = None) -> int:
 
     results["gc_full"] = gc_cost(full, args.iters)
     print("garbage collector during full:", results["gc_full"])
+    if args.profile:  # where the Python time of full() goes, function by function (its own time first)
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.iters):
+            full()
+        torch.cuda.synchronize()
+        prof.disable()
+        print(f"cProfile of full(), {args.iters} calls (us per call = tottime / {args.iters} * 1e6):")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
 
     # Timeline: stamps at each layer boundary of full(), averaged over the calls.
     orig_bwd, orig_bk, orig_fk = ft.FlashAttention2Triton.backward, ft.backward_kernels, ft.forward_kernels

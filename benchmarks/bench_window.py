@@ -5,9 +5,11 @@ The export is a shared one replicated along time (benchmarks/bench_report.py's `
 make --gb GB (the bytes of one copy measured on a 2-copy build first). Both tools run as fresh processes; peak
 memory is max RSS (profiler-kit's own plus any child's, as bench_report measures it). The replicated files live
 in a temporary folder under --tmp and are deleted at the end. ``--skip-nsys`` (for 10 GB, where nsys would need
-~36 GB) times ours alone.
+~36 GB) times ours alone. On the 2-core VM (loaded, 2026-11-27) the 10 GB replica (11.07 GiB, 10,700 copies) took
+324 s to build and its windowed report 483 s, peak RSS 1237 MiB; the 1 GB one 37 s against nsys' 467 s.
 
     python benchmarks/bench_window.py --gb 1 --json benchmarks/results/window/bench_window_1gb.json
+    python benchmarks/bench_window.py --gb 10 --skip-nsys --skip-whole --json benchmarks/results/window/bench_window_10gb.json
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -38,16 +41,6 @@ def copies_for(src: Path, gb: float, work: Path) -> int:
     per_copy = max(probe.stat().st_size - src.stat().st_size, 1)
     probe.unlink()
     return max(1, round(gb * 2**30 / per_copy))
-
-
-def timed_cpu(cmd: list[str], cwd: Path, scratch: Path) -> tuple[float, float, float, int]:
-    """``bench_report.timed`` plus the CPU seconds (user + system) of the command and its children: on a loaded
-    machine the CPU a command took says more than its wall time."""
-    before = os.times()
-    wall, peak, rc = timed(cmd, cwd, scratch)
-    after = os.times()
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    return wall, cpu, peak, rc
 
 
 def table_rows(path: Path) -> dict[str, int]:
@@ -74,10 +67,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="Write the figures here.")
     ap.add_argument("--built", type=Path, help="A replicated export built before (kept by the caller): no build.")
     args = ap.parse_args()
-    print(shutil.disk_usage(args.tmp).free / 2**30, "GiB free under", args.tmp)
+    load = os.getloadavg()[0]
+    print(f"{shutil.disk_usage(args.tmp).free / 2**30:.1f} GiB free under {args.tmp}, load {load:.1f}")
     work = Path(tempfile.mkdtemp(prefix="pk-window-", dir=args.tmp))
     try:
-        figures = run(args, work)
+        figures = run(args, work) | {"load_start": round(load, 1)}
+        figures["machine"] = f"{platform.node()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end"
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
@@ -87,7 +82,7 @@ def main() -> None:
 
 def run(args: argparse.Namespace, work: Path) -> dict:
     if args.built:
-        big, copies = args.built, None
+        big, copies, build_s = args.built, None, None
         counts = {t: n for t, n in table_rows(big).items()}
     else:
         big = work / "big.sqlite"
@@ -95,30 +90,38 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         t0 = time.perf_counter()
         counts = replicate(args.export, big, copies)
         os.sync()
-        print(f"built {big.name}: {copies} copies in {time.perf_counter() - t0:.0f} s")
+        build_s = round(time.perf_counter() - t0, 1)
+        written = sum(counts.values()) * (copies - 1) // copies
+        print(f"built {big.name}: {copies} copies in {build_s:.0f} s ({written / build_s:,.0f} rows written a second)")
     size = big.stat().st_size
     print(f"export {size / 2**30:.2f} GiB: {counts}")
     root = Path(__file__).resolve().parent.parent
     report = [sys.executable, "-c", PROFILER_KIT_WITH_CHILDREN, "report", str(big), "-o", str(work / "out")]
     window = ["--window", *(["--window-rows", str(args.window_rows)] if args.window_rows else [])]
-    wall, cpu, peak, rc = timed_cpu([*report, *window], root, work)
-    print(f"profiler-kit report --window: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {peak:.0f} MiB, exit {rc}")
+    wall, peak, rc, cpu = timed([*report, *window], root, work)
+    said = re.search(r"Read in (\d+) time window", "".join(f.read_text() for f in (work / "out").glob("*.md")))
+    windows = int(said[1]) if said else None  # the number the report itself states
+    print(
+        f"profiler-kit report --window: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {peak:.0f} MiB, "
+        f"{windows} windows, exit {rc}"
+    )
     figures = {
         "export": args.export.name,
         "copies": copies,
         "bytes": size,
         "rows": counts,
         "window_rows": args.window_rows,
+        "windows": windows,
+        "build_s": build_s,
         "ours_s": round(wall, 2),
         "ours_cpu_s": round(cpu, 2),
         "ours_peak_mib": round(peak),
         "ours_rc": rc,
-        "machine": f"{platform.node()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end",
         "date": time.strftime("%Y-%m-%d"),
     }
     if not args.skip_whole:
         whole = [*report, "--no-cache"]
-        w_wall, w_cpu, w_peak, w_rc = timed_cpu(whole, root, work)
+        w_wall, w_peak, w_rc, w_cpu = timed(whole, root, work)
         print(f"profiler-kit report (in memory): {w_wall:.2f} s wall, {w_cpu:.2f} s CPU, peak RSS {w_peak:.0f} MiB")
         figures |= {"whole_s": round(w_wall, 2), "whole_cpu_s": round(w_cpu, 2), "whole_peak_mib": round(w_peak)}
         figures["whole_rc"] = w_rc
@@ -129,7 +132,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     copy = work / "nsys.sqlite"  # nsys stats may add to the file it reads: a copy of it, made untimed
     shutil.copy(big, copy)
     nsys += ["--report", "gpukernsum,nvtxkernsum", "-o", str(work / "nsys"), str(copy)]
-    their_wall, their_cpu, their_peak, their_rc = timed_cpu(nsys, root, work)
+    their_wall, their_peak, their_rc, their_cpu = timed(nsys, root, work)
     print(
         f"nsys stats --report gpukernsum,nvtxkernsum: {their_wall:.2f} s wall, {their_cpu:.2f} s CPU, "
         f"peak RSS {their_peak:.0f} MiB, exit {their_rc}"

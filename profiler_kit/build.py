@@ -6,8 +6,8 @@ only chooses which tables and charts to show and words the findings.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +20,13 @@ from profiler_kit.analyze.range_groups import (
     group_numbered_ranges,
     numbered_members,
 )
-from profiler_kit.build_findings import cross_rank_sections, diagnose, findings_section, findings_text
+from profiler_kit.build_findings import (
+    cross_rank_sections,
+    diagnose,
+    findings_section,
+    findings_text,
+    sequences_job,
+)
 from profiler_kit.render.units import compact_name, compact_names
 from profiler_kit.report import Figure, Report, Section, Table
 
@@ -589,20 +595,36 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
 
         process.tune_windows()
 
-        done = analyze_windows(src.path, window.rows, window.on_window)
+        done = analyze_windows(src.path, window.rows, window.on_window, window.scratch)
         return TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
     from profiler_kit.analyze.arrays import distinct_values
-    from profiler_kit.analyze.breakdown import analyze_trace
+    from profiler_kit.analyze.breakdown import start_analysis
     from profiler_kit.analyze.ranks import summarize_rank_time
     from profiler_kit.analyze.sources import read_trace
     from profiler_kit.analyze.tables import one_value_view
 
     trace = read_trace(src, details=False, cache=cache, runtime_later=True, prefetched=prefetched)
-    tables = analyze_trace(trace, (*REPORT_TABLES, "launches"))
-    matched = tables.pop("launches")  # the ops' launch match, taken by the diagnosis
-    summary = tables.get("summary")
-    busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(tables["ops"]) else None
-    tables |= diagnose(trace, tables["ops"], tables.get("categories"), matched, busy)  # profiler_kit/build_findings.py
+    # The diagnosis (profiler_kit/build_findings.py) shares analyze_trace's second thread: its jobs queue behind the
+    # analysis' last ones, and this thread starts on them while that one finishes those (no wait in between).
+    # The kernel sequences, which need only the ops, are queued as soon as those are built: this thread finds
+    # them while a runtime table still being read would keep it waiting.
+    early: list = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+
+        def queue_sequences(ops: pd.DataFrame) -> list:
+            early.append(sequences_job(pool, trace, ops))
+            return early
+
+        analysis = start_analysis(trace, (*REPORT_TABLES, "launches"), pool, early=queue_sequences)
+        ready = analysis.ready  # the ops, their summaries and their launch match, taken by the diagnosis
+        summary = ready.get("summary")
+        busy = int(summary["gpu_busy_ns"].iloc[0]) if summary is not None and len(ready["ops"]) else None
+        diagnosis = diagnose(
+            trace, ready["ops"], ready.get("categories"), ready["launches"], busy, pool=pool, sequences=early[0]
+        )
+        tables = analysis.tables()
+    tables.pop("launches")
+    tables |= diagnosis
     if len(trace.memory_counters):  # a PyTorch profiler trace recorded with profile_memory=True
         tables.update(memory_counter_tables(trace))
     ops = tables.pop("ops")  # one row per GPU op: the report keeps only the summaries
@@ -627,6 +649,10 @@ def analyze_item(
     share of a markdown report of 32 shared captures was 0.20 CPU-s per trace (0.10 building, 0.10 rendering),
     3 ms with both done here (benchmarks/bench_workers.py --reduce). ``window``: as ``analyze_source``'s."""
     res = analyze_source(*item, cache=cache, prefetched=prefetched, window=window)
+    return _with_section(res, top, markdown)
+
+
+def _with_section(res: TraceResult, top: int | None, markdown: bool) -> TraceResult:
     if top is not None:
         res.section = trace_section(res, top)
         if markdown:
@@ -634,6 +660,28 @@ def analyze_item(
 
             prerender(res.section)
     return res
+
+
+WINDOW_TASK_RETRIES = 2  # a window task that fails (its worker lost) is run again this often before its export fails
+
+
+def windowed_on_dask(item: tuple, session, window, top: int | None = None, markdown: bool = False) -> TraceResult:
+    """One export read in time windows, its windows tasks of ``session`` (``analyze.window_tasks``); this
+    process makes the first pass and merges. A window that still fails after its retries fails the export
+    (raised: READ_ERRORS), naming the window."""
+    from profiler_kit import process
+    from profiler_kit.analyze.window_tasks import analyze_window_tasks
+
+    src, label = item
+    process.tune_windows()
+
+    def run(fn, jobs, on_done):
+        here = functools.partial(_window_here, fn)
+        return session.map(fn, jobs, local=here, key=str, on_done=on_done, retries=WINDOW_TASK_RETRIES)
+
+    done = analyze_window_tasks(src.path, run, window.rows, window.on_window, window.scratch)
+    res = TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
+    return _with_section(res, top, markdown)
 
 
 def analyze_sources(
@@ -667,7 +715,7 @@ def analyze_sources(
     done = (lambda item: on_each(item[0])) if on_each else None
     session = session or Session()
     if window is not None and session.on_dask:
-        window = dataclasses.replace(window, on_window=None)  # a callback of this process: not sent to workers
+        return _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top, markdown)
     return session.map_reading(
         functools.partial(analyze_item, top=top, markdown=markdown, window=window),
         items,
@@ -677,6 +725,73 @@ def analyze_sources(
         on_done=done,
         skip=skip,
     )
+
+
+def _window_here(fn, job):
+    """A window task that this process runs (it shares the windows with the local cluster): as on a worker,
+    retried, then one line naming the window."""
+    from profiler_kit.analyze.errors import READ_ERRORS, InputError
+
+    tries = 0
+    while True:
+        try:
+            return fn(job)
+        except READ_ERRORS:
+            raise
+        except Exception as err:
+            tries += 1
+            if tries > WINDOW_TASK_RETRIES:
+                raise InputError(f"{job}: its task failed: {type(err).__name__}: {err}") from None
+
+
+def _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top, markdown) -> list[TraceResult]:
+    """``analyze_sources`` on Dask with windows wanted: each export read in windows has its windows shared out as
+    tasks (``windowed_on_dask``), one export after another; then the other inputs, one task each. Results and
+    skipped inputs are handed on in the inputs' order, as on the other paths."""
+    from profiler_kit.analyze.errors import READ_ERRORS
+    from profiler_kit.parallel import start_local_cluster
+
+    windowed, results, failed = [], {}, {}
+    for i, (src, _) in enumerate(items):
+        try:
+            if window.applies(src.path):
+                windowed.append(i)
+        except READ_ERRORS as err:  # not an export it can open: skipped, as its reading would be
+            if skip is None:
+                raise
+            failed[i] = err
+    if windowed:
+        start_local_cluster(session)  # it starts while this process makes the first pass
+    for i in windowed:
+        try:
+            results[i] = windowed_on_dask(items[i], session, window, top, markdown)
+        except READ_ERRORS as err:
+            if skip is None:
+                raise
+            failed[i] = err
+            continue
+        if done:
+            done(items[i])
+    rest = sorted(set(range(len(items))) - set(windowed) - set(failed))
+    by_path = {items[i][0].path: i for i in rest}
+    read = session.map_reading(
+        functools.partial(analyze_item, top=top, markdown=markdown),
+        [items[i] for i in rest],
+        cache=cache,
+        prefetched=prefetched,
+        key=_path,
+        on_done=done,
+        skip=(lambda path, err: failed.setdefault(by_path[path], err)) if skip else None,
+    )
+    for res in read:
+        results[next(i for i in rest if i not in results and i not in failed)] = res
+    out = []
+    for i in range(len(items)):
+        if i in failed:
+            skip(_path(items[i]), failed[i])
+        elif i in results:
+            out.append(results[i])
+    return out
 
 
 def _path(item):

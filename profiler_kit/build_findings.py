@@ -7,13 +7,14 @@ word and lay them out. No number is computed here.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
 
 from profiler_kit.analyze.arrays import distinct_values
-from profiler_kit.analyze.breakdown import phase_ranges, taken_back
+from profiler_kit.analyze.breakdown import Job, phase_ranges, taken_back
 from profiler_kit.analyze.collectives import (
     collective_bandwidth,
     collective_instances,
@@ -83,6 +84,8 @@ def diagnose(
     categories: pd.DataFrame | None = None,
     matched: pd.DataFrame | None = None,
     busy_ns: int | None = None,
+    pool: Executor | None = None,
+    sequences: Job | None = None,
 ) -> dict[str, pd.DataFrame]:
     """The diagnosis tables of one trace (DIAGNOSIS_TABLES); ``ops`` is ``gpu_ops(trace)``, ``matched`` the
     ops' launch match when ``analyze_trace`` made it (its "launches" table; else matched here), ``busy_ns`` the
@@ -92,10 +95,12 @@ def diagnose(
     breakdown and collectives), then the queue length, while this one matches the launches and summarizes
     them; what the second thread has not started by then is taken back and run here (``taken_back``), so
     neither waits long for the other. numpy releases the GIL in its sorts and reductions, so with a core free
-    the two halves overlap.
+    the two halves overlap. ``pool``: a one-thread pool to share (``analyze_trace``'s, perhaps still busy with its
+    last jobs: the report's, ``profiler_kit.build.analyze_source``); by default one of its own. ``sequences``: the
+    kernel sequences' job when queued already (``sequences_job``).
     """
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        side_sequences = pool.submit(_sequences, trace, ops)
+    with contextlib.nullcontext(pool) if pool is not None else ThreadPoolExecutor(max_workers=1) as pool:
+        side_sequences = sequences if sequences is not None else sequences_job(pool, trace, ops)
         side_ops = pool.submit(_op_analyses, trace, ops, busy_ns)
         launched = launch_table(ops, trace.runtime, matched)
         streams = ops_streams(ops)  # sorted once for the idle time and the queue length
@@ -129,10 +134,15 @@ def same_rows(ops: pd.DataFrame, launched: pd.DataFrame) -> bool:
     return bool(np.array_equal(a, b))
 
 
+def sequences_job(pool: Executor, trace: Trace, ops: pd.DataFrame) -> Job:
+    """The repeating kernel sequences, with the ops or NVTX ranges that launched them, queued on ``pool``: the
+    runtime calls are asked for only at the end (a runtime table still arriving is waited for there)."""
+    return Job(pool, _sequences, trace, ops)
+
+
 def _sequences(trace: Trace, ops: pd.DataFrame) -> pd.DataFrame:
-    """The repeating kernel sequences, with the ops or NVTX ranges that launched them."""
     ranges = launch_ranges(trace.meta.get("cpu_op_ranges"), trace.nvtx)
-    return kernel_sequences(ops, runtime=trace.runtime, ranges=ranges)
+    return kernel_sequences(ops, runtime=lambda: trace.runtime, ranges=ranges)
 
 
 def _op_analyses(trace: Trace, ops: pd.DataFrame, busy_ns: int | None = None) -> dict[str, pd.DataFrame]:

@@ -461,14 +461,38 @@ def default_out_dir(paths: tuple[str, ...]) -> Path:
     is_flag=True,
     help="Read each nsys SQLite export a time window at a time (memory bounded by the window, not the export); "
     "automatic for an export larger than a fifth of the memory available. Leaves out what needs the whole trace "
-    "at once (the diagnosis and the per-rank table) and says so.",
+    "at once (the diagnosis and the per-rank table) and says so. With --workers N (N > 1) or --scheduler, the "
+    "windows of each such export are Dask tasks, shared by the workers.",
 )
 @click.option("--window-rows", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option(
+    "--tmp",
+    "scratch",
+    type=click.Path(exists=True, file_okay=False, writable=True, path_type=str),
+    default=None,
+    metavar="DIR",
+    help="Folder for the spill files of an export read in windows (about 50 bytes a row, removed at the end) "
+    "[default: the system's temporary folder]. With --scheduler the workers read them: a folder every worker "
+    "sees at the same path (a shared filesystem).",
+)
 @strict_option
 @parallel_options
 @with_exit_codes
 def report(
-    paths, out_dir, fmt, no_html, top, stem, no_cache, strict, window, window_rows, workers, scheduler, progress
+    paths,
+    out_dir,
+    fmt,
+    no_html,
+    top,
+    stem,
+    no_cache,
+    strict,
+    window,
+    window_rows,
+    scratch,
+    workers,
+    scheduler,
+    progress,
 ):
     """Kernel, category and NVTX-range breakdowns of nsys exports and PyTorch traces.
 
@@ -497,7 +521,7 @@ def report(
     prefetched = None
     from profiler_kit.analyze.windowing import WINDOW_ROWS, Windowing
 
-    windowing = Windowing(window, window_rows or WINDOW_ROWS, WindowProgress(progress))
+    windowing = Windowing(window, window_rows or WINDOW_ROWS, WindowProgress(progress), scratch)
     one_windowed = len(paths) == 1 and Path(paths[0]).is_file() and windowing.applies(Path(paths[0]))
     if len(paths) == 1 and scheduler is None and not one_windowed:  # one big export: its reading starts now
         with importing():  # the early read imports numpy before it forks its reader

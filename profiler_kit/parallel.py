@@ -28,10 +28,11 @@ from profiler_kit.analyze.errors import READ_ERRORS, InputError
 
 # Below this many bytes of input the default stays in this process. Measured 2026-11-27 (commit 2f2b29b, the
 # 2-core VM under load 5-6, bench_workers.run on folders of copies of the shared amir-ghz and zx3xyy exports, the
-# latter also replicated 32x): a local cluster cost ~2.3 CPU-s (the forkserver's imports 1.4-1.7 of it) and ~3.5 s of wall time; 2 workers against 1 on 17.6 MiB
-# (32 small exports) 0.70x, 49.7 MiB (16) 0.76x, 66.7 MiB (2 replicated) 0.56x, 133 MiB (4) 0.82x: even near
-# 8 CPU-s of reading, ~200 MiB of exports. Kineto traces cost ~50x more per byte (``COST_PER_MIB``): 32 inputs, 12
-# of them Kineto, 55 MiB 1.05x, 134 MiB 1.31x, 241 MiB 1.54x (bench_workers.py --copies 1/4/8, load 7-11).
+# latter also replicated 32x): a local cluster cost ~2.3 CPU-s (the forkserver's imports 1.4-1.7 of it) and ~3.5 s
+# of wall time; 2 workers against 1 on 17.6 MiB (32 small exports) 0.70x, 49.7 MiB (16) 0.76x, 66.7 MiB (2
+# replicated) 0.56x, 133 MiB (4) 0.82x: even near 8 CPU-s of reading, ~200 MiB of exports. Kineto traces cost ~50x
+# more per byte (``COST_PER_MIB``): 32 inputs, 12 of them Kineto, 55 MiB 1.05x, 134 MiB 1.31x, 241 MiB 1.54x
+# (bench_workers.py --copies 1/4/8, load 7-11).
 CLUSTER_MIN_BYTES = 256 * 2**20
 LOCAL_WORKER_CONFIG = {
     # Dask's sampling profiler walks the task's stack every 10 ms: CPU taken from a task that holds the GIL, for
@@ -204,6 +205,13 @@ class Session:
         # not a daemon: the process waits for it at its end (process.run_and_exit), the report built meanwhile
         threading.Thread(target=close, name="profiler-kit-cluster-close").start()
         return False
+
+
+def start_local_cluster(session: Session) -> None:
+    """Start ``session``'s local cluster now, on a thread, where it will have one (``--workers N``, no scheduler):
+    it starts while this process works on something else first (the first pass over an export read in windows)."""
+    if session.scheduler is None and session.workers > 1:
+        session._start_local()
 
 
 def _with(fn, cache, prefetched, item):

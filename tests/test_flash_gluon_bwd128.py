@@ -20,11 +20,14 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
-@pytest.mark.parametrize(("config", "kv_heads"), [("d128", 0), ("d128_dq2", 0), ("d128_s3", 0), ("d128", 2)])
-def test_compiles_for_sm90(tmp_path, config, kv_heads):
+@pytest.mark.parametrize(
+    ("config", "kv_heads", "split"),
+    [("d128", 0, False), ("d128_dq2", 0, False), ("d128_s3", 0, False), ("d128", 2, False), ("d128", 2, True)],
+)
+def test_compiles_for_sm90(tmp_path, config, kv_heads, split):
     from profiler_kit.workloads import flash_gluon_bwd128 as g
 
-    compiled = g.compile_sm90(config, n=1024, is_causal=False, heads=4, kv_heads=kv_heads)
+    compiled = g.compile_sm90(config, n=1024, is_causal=False, heads=4, kv_heads=kv_heads, split=split)
     ptx = compiled.asm["ptx"]
     regs = {int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
     assert 24 in regs and 240 in regs, regs  # the load warp gives registers to the consumers
@@ -71,8 +74,10 @@ def test_matches_fp32_attention_within_sdpa_error(n, causal, dtype, heads):
 
 @pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
 @pytest.mark.parametrize(("causal", "kv_heads"), [(True, 2), (False, 1), (True, 4)])
-def test_grouped_query_heads_match_fp32_attention(causal, kv_heads, monkeypatch):
-    """dK, dV of a shared K/V head are the sums over its query heads (one program loops over them)."""
+@pytest.mark.parametrize("split", [False, True])
+def test_grouped_query_heads_match_fp32_attention(causal, kv_heads, split, monkeypatch):
+    """dK, dV of a shared K/V head are the sums over its query heads (one program loops over them, or with
+    ``SPLIT_GQA`` one program per query head and an fp32 sum after)."""
     import torch
     from profiler_kit.workloads import flash_gluon_bwd128 as g
     from profiler_kit.workloads import flash_triton as ft
@@ -91,6 +96,7 @@ def test_grouped_query_heads_match_fp32_attention(causal, kv_heads, monkeypatch)
     k3, v3 = k.view(kv_heads, n, d), v.view(kv_heads, n, d)
     o, lse = ft.forward_kernels(q3, k3, v3, causal)
     monkeypatch.setattr(ft, "BWD_GLUON128_GQA", True)
+    monkeypatch.setattr(g, "SPLIT_GQA", {"causal": split, "full": split})
     launched, dkdv = [], g.dkdv
     monkeypatch.setattr(g, "dkdv", lambda *args, **kw: launched.append(dkdv(*args, **kw)))
     for _ in range(2):  # the first launch compiles, the second calls the compiled kernel directly

@@ -61,3 +61,62 @@ def test_matches_fp32_attention_within_sdpa_error(d, causal, dtype, kv_heads):
         got = ((o.float() - ref_o).norm() / ref_o.norm()).item()
         assert got <= 1.5 * want + 1e-4, (config, got, want)
         torch.testing.assert_close(lse.view(1, heads, n), ref_l, atol=1e-2, rtol=0, msg=lambda m, c=config: f"{c}: {m}")
+
+
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+def test_tensor_desc_built_without_checks_equals_a_checked_one():
+    """A descriptor of a (dtype, shape, strides, block) already checked skips TensorDescriptor's checks; its fields
+    are those of a checked one, and a base off 16-byte alignment is still refused."""
+    import torch
+    from profiler_kit.workloads import gluon_tiles
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    x = torch.randn(3, 256, 128).to(torch.bfloat16)
+    gluon_tiles._CHECKED.clear()
+    first, again = gluon_tiles.tensor_desc(x, (64, 128)), gluon_tiles.tensor_desc(x, (64, 128))
+    flat = x.view(-1, 128)
+    want = TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [64, 128], first.layout)
+    for desc in (first, again):
+        assert type(desc) is TensorDescriptor
+        assert (desc.shape, desc.strides, desc.block_shape, desc.padding) == ([768, 128], [128, 1], [64, 128], "zero")
+        assert desc.layout == want.layout and desc.base.data_ptr() == flat.data_ptr()
+    strided = torch.randn(256, 3, 128).to(torch.bfloat16).transpose(0, 1)  # no 2-D view: rows 384 apart
+    with pytest.raises(RuntimeError):  # refused as before, not misread
+        gluon_tiles.tensor_desc(strided, (64, 128))
+    odd = torch.empty(768 * 128 + 1, dtype=torch.bfloat16)[1:].view(768, 128)
+    with pytest.raises(ValueError, match="16-byte"):
+        gluon_tiles.tensor_desc(odd, (64, 128))
+
+
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
+def test_direct_launch_equals_tritons_launch():
+    """Cached launches go straight to the C launcher, TMA descriptors with cached encodings
+    (triton_launch._direct): the same outputs as Triton's own launch path, on fresh buffers too (O, L, dK, dV bit
+    for bit; dQ is summed by TMA reduce-adds in no fixed order)."""
+    import torch
+    from profiler_kit.workloads import flash_triton as ft
+    from profiler_kit.workloads import triton_launch as tl
+
+    outs = {}
+    for direct in (True, False):
+        gen = torch.Generator(device="cuda").manual_seed(7)
+        tl._PLANS.clear()
+        tl.DIRECT_LAUNCH, kept = direct, tl.DIRECT_LAUNCH
+        try:
+            runs = []
+            for _ in range(3):  # the first launch compiles; later ones take the plan, new buffers each time
+                q, k, v, do = (torch.randn(4, 512, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+                               for _ in range(4))  # fmt: skip
+                o, lse = ft.forward_kernels(q, k, v, True)
+                runs.append((o, lse, *ft.backward_kernels(do, q, k, v, o, lse, True, "gluon_ws")))
+            plans = list(tl._PLANS.values())  # the Gluon forward and backward, the backward's Triton D kernel
+            assert sum(bool(getattr(p[0].metadata, "tensordesc_meta", None)) for p in plans) == 2
+            assert len(plans) == 3 and all(bool(p[2]) == direct for p in plans), [p[2] for p in plans]
+        finally:
+            tl.DIRECT_LAUNCH = kept
+        outs[direct] = runs
+    for mine, theirs in zip(outs[True], outs[False], strict=True):
+        o, lse, dq, dk, dv = mine
+        for x, y in zip((o, lse, dk, dv), (theirs[0], theirs[1], *theirs[3:]), strict=True):
+            assert torch.equal(x, y)
+        assert (dq.float() - theirs[2].float()).abs().max() <= 1e-2 * dq.float().abs().max()

@@ -10,7 +10,7 @@ from profiler_kit.analyze.breakdown import (
     summarize_range_kernels,
     summarize_ranges,
 )
-from profiler_kit.analyze.projection import launches, project_nvtx, summarize_projection
+from profiler_kit.analyze.projection import launches, project_nvtx, range_label_codes, summarize_projection
 from profiler_kit.analyze.tables import NVTX_RANGES, RUNTIME, validate
 
 
@@ -127,3 +127,27 @@ def test_range_kernels_group_emit_nvtx_names_and_share():
     mm = grouped.loc[("aten::mm", "gemm")]
     assert (mm["count"], mm["range_instances"], mm["total_ns"], mm["share_frac"]) == (2, 2, 400, 1.0)
     assert grouped.loc[("other", "copy"), "share_frac"] == 1.0  # launch 3 (195..205) lies inside "other"
+
+
+def test_phase_rows_label_codes_are_those_computed_afresh():
+    """``phase_ranges`` keeps its rows' label codes taken from all ranges' codes (analyze/frame_memo.py): the same
+    codes and labels as computed from the rows alone, for a frame object of their own; a changed frame is new."""
+    ranges = _ranges(
+        [
+            ("zeta", 0, 10, 1, -1, "push_pop"),
+            ("forward", 0, 100, 1, -1, "push_pop"),
+            (None, 5, 6, 1, -1, "push_pop"),
+            ("backward", 100, 200, 1, -1, "push_pop"),
+            ("alpha", 110, 120, 1, -1, "push_pop"),
+            ("forward", 200, 300, 1, -1, "push_pop"),
+        ]
+    )
+    phases = phase_ranges(ranges)
+    assert phase_ranges(ranges) is phases  # once per frame
+    kept_codes, kept_labels = range_label_codes(phases)
+    fresh_codes, fresh_labels = range_label_codes(phases.copy())  # another frame: computed from its rows
+    assert kept_codes.tolist() == fresh_codes.tolist() == [1, 0, 1]
+    pd.testing.assert_index_equal(kept_labels, fresh_labels)
+    assert list(kept_labels) == ["backward", "forward"]
+    renamed = ranges.assign(name=ranges["name"].cat.rename_categories({"alpha": "optimizer"}))
+    assert list(phase_ranges(renamed)["name"].astype(str)) == ["forward", "backward", "optimizer", "forward"]

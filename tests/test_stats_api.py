@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from profiler_kit.analyze.api import summarize_api
 from profiler_kit.analyze.kineto import read_kineto
-from profiler_kit.analyze.stats import SMALL_GROUP, group_stats
+from profiler_kit.analyze.stats import SMALL_BITS, SMALL_GROUP, group_stats, small_square_sums, square_sums
 
 from profiler_kit.cli import cli
 from tests.conftest import ROOT, SHARED_DATA, shared_files
@@ -48,6 +48,26 @@ def test_group_stats_is_pandas(seed):
     assert (got["med"][has] == g.median().to_numpy()).all()  # halves of integer sums: exact
     std = g.std(ddof=1).fillna(0).to_numpy()  # nsys: 0 for one value, where pandas gives NaN
     assert np.allclose(got["std"][has], std, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["small", "few large", "many large", "negative", "sums near int64"])
+def test_square_sums_are_exact(case):
+    """Both ways (one int64 product for small values, limbs otherwise) against Python integers."""
+    rng = np.random.default_rng(len(case))
+    values = rng.integers(0, 1 << SMALL_BITS, 20_000)
+    if case == "few large":  # long synchronize calls: squared as Python ints
+        values[rng.integers(0, len(values), 30)] = rng.integers(1 << SMALL_BITS, 1 << 62, 30)
+    elif case == "many large":
+        values[::10] = 1 << 40
+    elif case == "negative":
+        values[5] = -3
+    elif case == "sums near int64":  # whole chunks of the largest small value
+        values[:] = (1 << SMALL_BITS) - 1
+    start = np.array([0, 1, 4_000, 4_001, 19_999])
+    want = [sum(int(v) ** 2 for v in part) for part in np.split(values, start[1:])]
+    assert square_sums(values, start) == want
+    fast = small_square_sums(values, start)
+    assert fast is None if case in ("many large", "negative") else fast == want
 
 
 def test_group_stats_are_nsys_definitions():

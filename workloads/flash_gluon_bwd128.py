@@ -15,9 +15,17 @@ dK is issued before dS^T is shared, so it runs while the warpgroups wait for eac
 waited for at its end. (dK issued after dQ and left in flight into the next tile needs more registers than 240:
 ptxas serializes the wgmma instructions, C7512.)
 
-Grouped-query heads: a program loops over the query heads that read its K/V head (``GQA``), so dK and dV keep one
-writer. Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only
-(``supported``); ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
+Grouped-query heads (``GQA``): a program loops over the query heads that read its K/V head, so dK and dV keep one
+writer; or, with ``SPLIT_GQA`` (causal), a program per query head writes that head's dK and dV in fp32 and the
+launcher sums them per K/V head. Looping makes programs GQA times longer and fewer, and a causal grid's tail grows
+with them: at 16 query heads on 4 K/V heads (H100, 2026-11-27, kernels alone, SDPA's time over ours) causal 4096 /
+16384 ran at 0.59 / 0.82x looping and 0.86 / 0.95x split, not causal 0.92 / 0.89x looping and 0.86 / 0.81x split
+(the extra fp32 traffic); on 8 K/V heads at 16384 causal 0.83 / 0.93x, not causal 0.93 / 0.92x. Launching all K/V
+heads' longest programs first instead of head after head was slower (0.72 against 0.75x looping; without groups
+0.86 / 0.90x against 0.92 / 0.95x at 16384). ``flash_triton.BWD_GLUON128_GQA`` routes GQA here (GPU tests passed).
+
+Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only (``supported``);
+``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
 
 At 1x16 heads, d 128, bf16 on an H100 (``benchmarks/attention_gluon_screen.py``, the backward's kernels alone, ms,
 results/attention/screen_d128.jsonl): ``d128`` causal 4096 / 16384 / 65536 0.503 / 5.813 / 89.52 against SDPA's
@@ -25,7 +33,11 @@ results/attention/screen_d128.jsonl): ``d128`` causal 4096 / 16384 / 65536 0.503
 against 0.677 / 10.17 / 160.6 and 0.904 / 13.36 / 209.2: 0.88-0.91x SDPA's speed (490 TFLOP/s against 540-560 at
 16384 and up). Two dQ staging tiles (``d128_dq2``) and a 3-stage Q/dO ring (``d128_s3``) were within 0.03x of it
 either way. Not kept (commit 70105f5): each tile's dQ product one tile later, so that the warpgroups need not wait for
-each other every tile: 0.76-0.87x, with ~500 bytes of spilled scalars.
+each other every tile: 0.76-0.87x, with ~500 bytes of spilled scalars. Not kept (commit a0fafb2, ``d128_late``):
+each tile's dQ staged into shared memory by the next tile after it issues S^T, so the tensor cores run S^T
+meanwhile (dQ scaled on the way: ptxas otherwise waits for S^T before reading registers a product wrote, C7517):
+0.84-0.87x against 0.90x in the same screen (H100, 2026-11-27, seq 4096-65536, causal and not), ~270 bytes of
+spills; nothing may stay in flight across iterations (C7514), and 240 registers hold no more.
 """
 
 from __future__ import annotations
@@ -60,17 +72,23 @@ CONFIGS = {
 }
 DEFAULT = "d128"
 HEAD_GROUP = 1  # launch order: heads one after another
+# grouped-query heads, causal or not: a program per query head, its dK and dV summed after in fp32 (as many programs
+# as without groups, the same tail), rather than a program looping over a K/V head's query heads
+SPLIT_GQA = {"causal": True, "full": False}
 
 
 @gluon.jit
-def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr):
+def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr):
     """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
+    kv_row0 = row0
+    if SPLIT > 1:  # a program per query head (row0 its rows): K/V of the head it reads
+        kv_row0 = row0 // (SPLIT * N_CTX) * N_CTX
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [row0 + start_n, 0], kv_bar, k_smem)
-    tma.async_copy_global_to_shared(v_desc, [row0 + start_n, 0], kv_bar, v_smem)
+    tma.async_copy_global_to_shared(k_desc, [kv_row0 + start_n, 0], kv_bar, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [kv_row0 + start_n, 0], kv_bar, v_smem)
     for t in range(GQA * num_m):  # the query tiles of each query head that reads these keys, head after head
         s = t % STAGES
         q_row = row0 + lo + t * BM
@@ -153,7 +171,6 @@ def _consumer(
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
-    dtype: gl.constexpr = q_desc.dtype
     d_layout: gl.constexpr = acc_layout(D_HEAD)
     dk = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
     dv = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
@@ -181,18 +198,19 @@ def _consumer(
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
     cols = gl.arange(0, D_HEAD, layout=gl.SliceLayout(0, d_layout))
     off = rows.to(gl.int64)[:, None] * D_HEAD + cols[None, :]
-    gl.store(DK + off, dk.to(dtype))
-    gl.store(DV + off, dv.to(dtype))
+    gl.store(DK + off, dk.to(DK.dtype.element_ty))  # fp32 partial sums with SPLIT
+    gl.store(DV + off, dv.to(DV.dtype.element_ty))
 
 
 @gluon.jit
 def _flash_bwd128_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr,
+    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 keys of a K/V head (two consumer warpgroups), over the query tiles of the ``GQA`` query
-    heads that read it; each query tile's dQ added into fp32 dQ in halves."""
+    heads that read it; each query tile's dQ added into fp32 dQ in halves. ``SPLIT`` (with ``GQA`` 1): a program
+    per 128 keys and query head instead, K/V head ``h // SPLIT`` read, dK and dV of query head ``h`` written."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -232,7 +250,7 @@ def _flash_bwd128_kernel(
          kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX)  # fmt: skip
     gl.warp_specialize(
         [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA)),
-         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA)), (_load_partition, (a, STAGES, GQA))],
+         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA)), (_load_partition, (a, STAGES, GQA, SPLIT))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
 
@@ -249,18 +267,24 @@ def supported(q: torch.Tensor) -> bool:
     )
 
 
-def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):
-    """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
+def launch_args(
+    q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP, split: bool = False
+):  # fmt: skip
+    """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS);
+    ``split``: grouped-query heads one program per query head, ``dk``, ``dv`` of the query heads' shape."""
     stages, maxnreg, consumer_regs, load_regs, dq_bufs = CONFIGS[config] if isinstance(config, str) else tuple(config)
     bh, n, d = q.shape
+    group = bh // k.shape[0]
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
     args = (
         tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (KEYS_PER_PROGRAM, d)), tensor_desc(v, (KEYS_PER_PROGRAM, d)),
         tensor_desc(do, (BLOCK_M, d)), tensor_desc(dq, (BLOCK_M, d // 2)), dk, dv, lse, delta, sm_scale, n,
     )  # fmt: skip
-    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), bh // k.shape[0])
-    grid = (n // KEYS_PER_PROGRAM * k.shape[0],)
+    split = split and group > 1
+    consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), 1 if split else group,
+              group if split else 1)  # fmt: skip
+    grid = (n // KEYS_PER_PROGRAM * (bh if split else k.shape[0]),)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
 
@@ -269,21 +293,32 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
 
     Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 128)`` q, dO and
     ``(batch*kv_heads, seq, 128)`` k, v (query head ``h`` reads K/V head ``h // (heads // kv_heads)``; dK, dV are the
-    sums over a K/V head's query heads, in one program); ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32
-    (log-sum-exp of the scaled scores, rowsum(dO * O)).
+    sums over a K/V head's query heads: in one program, or with ``SPLIT_GQA`` each query head's in fp32, summed
+    here); ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
     """
-    grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
+    split = SPLIT_GQA["causal" if is_causal else "full"] and q.shape[0] != k.shape[0]
+    dk_out, dv_out = dk, dv
+    if split:
+        dk, dv = (torch.empty(q.shape, dtype=torch.float32, device=q.device) for _ in range(2))
+    grid, args, consts, opts = launch_args(
+        q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group, split
+    )  # fmt: skip
     names = _flash_bwd128_kernel.arg_names[len(args) :]
     launch(_flash_bwd128_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
+    if split:
+        dk_out.copy_(dk.view(k.shape[0], -1, *k.shape[1:]).sum(1))  # fp32 sums, cast once
+        dv_out.copy_(dv.view(k.shape[0], -1, *k.shape[1:]).sum(1))
 
 
 def compile_sm90(
-    config=DEFAULT, n: int = 4096, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 4, kv_heads: int = 0
-):
+    config=DEFAULT, n: int = 4096, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 4, kv_heads: int = 0,
+    split: bool = False,
+):  # fmt: skip
     """Compile for sm_90 without a GPU (as ``flash_gluon_ws.compile_sm90``): Triton's compiled kernel."""
     q, do = (torch.empty(heads, n, HEAD_DIM, dtype=dtype) for _ in range(2))
     k = v = torch.empty(kv_heads or heads, n, HEAD_DIM, dtype=dtype)
     dq = torch.empty(heads, n, HEAD_DIM, dtype=torch.float32)
     lse = delta = torch.empty(heads, n, dtype=torch.float32)
-    _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, k, v, 0.125, is_causal, config)
+    dk = torch.empty(heads, n, HEAD_DIM, dtype=torch.float32) if split else k
+    _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dk, 0.125, is_causal, config, split=split)
     return gluon_tiles.compile_sm90(_flash_bwd128_kernel, args, consts, opts, ("DK", "DV", "L", "D", "N_CTX"))

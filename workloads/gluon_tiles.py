@@ -42,10 +42,38 @@ def _shared_layout(block: tuple[int, ...], dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block), gl_dtype)
 
 
+_CHECKED: set[tuple] = set()  # (dtype, shape, strides, block) that TensorDescriptor's own checks have passed
+
+
 def tensor_desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
-    """TMA descriptor of ``t`` seen as 2-D (its last dimension kept), tiles of ``block``."""
-    flat = t.view(-1, t.shape[-1])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), list(block), _shared_layout(block, t.dtype))
+    """TMA descriptor of ``t`` seen as 2-D (its last dimension kept), tiles of ``block``.
+
+    Built for every launch, so kept cheap (its host time counts at short sequences): TensorDescriptor checks its
+    fields on construction, and all but the base's 16-byte alignment depend only on dtype, shape, strides and
+    block, so a combination it has passed once is built again without them (the alignment checked here), and a
+    contiguous ``t`` is its own base (only its address and dtype are read)."""
+    if t.is_contiguous():
+        d = t.shape[-1]
+        base, shape, strides = t, [t.numel() // d, d], [d, 1]
+    else:
+        base = t.view(-1, t.shape[-1])
+        shape, strides = list(base.shape), list(base.stride())
+    key = (t.dtype, *shape, *strides, *block)
+    layout = _shared_layout(tuple(block), t.dtype)
+    if key not in _CHECKED:
+        desc = TensorDescriptor(base, shape, strides, list(block), layout)
+        if len(_CHECKED) >= 4096:
+            _CHECKED.clear()
+        _CHECKED.add(key)
+        return desc
+    if t.data_ptr() % 16:
+        raise ValueError(f"a TMA tensor must start 16-byte aligned, got address {t.data_ptr():#x}")
+    desc = object.__new__(TensorDescriptor)
+    desc.__dict__ = {
+        "base": base, "shape": shape, "strides": strides, "block_shape": list(block), "layout": layout,
+        "padding": "zero",
+    }  # fmt: skip
+    return desc
 
 
 def compile_sm90(fn, args: tuple, consts: tuple, opts: dict, divisible: tuple[str, ...]):

@@ -7,6 +7,7 @@ Shared by ``flash_triton`` (the Triton kernels) and ``flash_gluon_ws`` (the Gluo
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 
 import torch
@@ -39,6 +40,9 @@ _PLANS: dict[tuple, tuple] = {}
 # runner) was checked on Triton 3.6 (run 11); older releases passed only the non-constexpr ones, so other
 # versions take Triton's own launch path.
 FAST_LAUNCH = not INTERPRET and triton.__version__.split(".")[:2] == ["3", "6"]
+# Cached launches go straight to the kernel's C launcher, TMA descriptors with cached encodings (``_direct``);
+# off: through CompiledKernel's runner (benchmarks compare the two)
+DIRECT_LAUNCH = os.environ.get("FLASH_DIRECT_LAUNCH", "1") == "1"
 
 
 def _launch_key(kernel, args: tuple, consts: dict) -> tuple:
@@ -65,6 +69,76 @@ def _tuned_constants(kernel, args: tuple, consts: dict) -> dict:
     return tuned
 
 
+# Encoded TMA descriptors (CUtensorMap) by everything the encoding reads: address, shape, strides, padding and
+# the kernel's tile metadata. Triton encodes one per descriptor argument on every launch (cuTensorMapEncodeTiled
+# behind a Python wrapper); a training loop hands the same buffers back, so most launches find theirs here.
+_TMA_ARGS: dict[tuple, list] = {}
+_TMA_ARGS_MAX = 4096  # entries before the cache is emptied (stale addresses are never wrong, only unused)
+
+
+def _tma_arg(desc, meta: dict, meta_key: tuple) -> list:
+    """What Triton's launcher passes for the descriptor ``desc``: the encoded map, then its shape and strides."""
+    key = (desc.base.data_ptr(), *desc.shape, *desc.strides, desc.padding, meta_key)
+    arg = _TMA_ARGS.get(key)
+    if arg is None:
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+
+        if len(_TMA_ARGS) >= _TMA_ARGS_MAX:
+            _TMA_ARGS.clear()
+        arg = _TMA_ARGS[key] = make_tensordesc_arg(desc, meta)
+    return arg
+
+
+def _direct(compiled):
+    """A call ``(dims, values)`` straight into the C launcher Triton built for a compiled kernel (Triton's runner
+    adds a launch-metadata dict, a closure and scratch checks per launch), with the TMA descriptors' encodings from
+    ``_TMA_ARGS``; None where Triton's path is needed (scratch memory to allocate, a launcher this was not
+    written against)."""
+    run = compiled.run
+    metas = getattr(compiled.metadata, "tensordesc_meta", None) or []
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    sig = list(compiled.src.signature.values())
+    where = [i for i, s in enumerate(sig) if isinstance(s, str) and s.startswith("tensordesc")]
+    if len(where) != len(metas):
+        return None
+    if not where:  # no descriptors: Triton calls the C launch itself (driver.wrap_handle_tensordesc)
+        raw = run.launch if inspect.isbuiltin(run.launch) else None
+    else:  # Triton 3.6 wraps the C launch in a closure that encodes the descriptors
+        try:
+            raw = inspect.getclosurevars(run.launch).nonlocals.get("launcher")
+        except TypeError:
+            return None
+    if raw is None:
+        return None
+    descs = {i: (m, tuple(sorted((k, str(x)) for k, x in m.items()))) for i, m in zip(where, metas, strict=True)}
+    head = (compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None, compiled.packed_metadata)
+    from triton.runtime.driver import driver
+
+    drv = driver.active
+
+    def call(dims, values):
+        flat = values
+        if descs:
+            flat = []
+            for i, a in enumerate(values):
+                d = descs.get(i)
+                if d is None:
+                    flat.append(a)
+                else:
+                    flat.extend(_tma_arg(a, *d))
+        stream = drv.get_current_stream(drv.get_current_device())
+        raw(*dims, stream, *head, None, None, None, *flat)  # no launch metadata, no enter/exit hooks
+
+    return call
+
+
+def _hooked_launches() -> bool:
+    """Whether a launch hook is set (Triton's profiler, proton): those launches take Triton's own path."""
+    rt = triton.knobs.runtime
+    return any(getattr(h, "calls", h is not None) for h in (rt.launch_enter_hook, rt.launch_exit_hook))
+
+
 def launch(kernel, grid, args, consts, config=None):
     """Autotuned launch, or (``config=(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg])``) one fixed config.
 
@@ -77,13 +151,18 @@ def launch(kernel, grid, args, consts, config=None):
         if plan is None:
             compiled = kernel[grid](*args, **consts)
             if key is not None and hasattr(compiled, "packed_metadata"):
-                _PLANS[key] = (compiled, _tuned_constants(kernel, args, consts))
+                _PLANS[key] = (compiled, _tuned_constants(kernel, args, consts), DIRECT_LAUNCH and _direct(compiled))
             return
-        compiled, tuned = plan
+        compiled, tuned, direct = plan
         named = dict(zip(kernel.arg_names, args, strict=False)) | consts | tuned
         desc_hook(named)
         dims = tuple(grid(named) if callable(grid) else grid)
-        compiled[dims + (1,) * (3 - len(dims))](*(named[name] for name in kernel.arg_names))
+        dims += (1,) * (3 - len(dims))
+        values = [named[name] for name in kernel.arg_names]
+        if direct and not _hooked_launches():
+            direct(dims, values)
+        else:
+            compiled[dims](*values)
     else:
         bm, bn, warps, stages, *rest = config
         extra = {"maxnreg": rest[0]} if rest and rest[0] else {}
