@@ -80,9 +80,10 @@ def run_and_exit(command) -> None:
         code = 0
     except SystemExit as done:
         code = done.code
-    if not isinstance(code, int | None):
+    shutdown = getattr(threading, "_shutdown", None)  # CPython's own exit step; absent elsewhere: exit the usual way
+    if shutdown is None or not isinstance(code, int | None):
         sys.exit(code)
-    threading._shutdown()
+    shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a reader that closed the pipe, a stream closed already
