@@ -1,6 +1,6 @@
 """report --window on one replicated export: its windows in turn in one process (the default) against its windows
-as Dask tasks (analyze/window_tasks.py) with --workers 2 (a local cluster started by the report) and with
---scheduler on a running `dask scheduler` with two `dask worker` processes started before: wall time, CPU, peak
+as Dask tasks (analyze/window_tasks.py) with --workers N (2 by default; a local cluster started by the report) and with
+--scheduler on a running `dask scheduler` with N `dask worker` processes started before: wall time, CPU, peak
 memory per process, identical output.
 
 The export is a shared one replicated along time to about --mib MiB (benchmarks/bench_report.py's ``replicate``).
@@ -8,7 +8,7 @@ Each configuration runs as its own `python -m profiler_kit report` process; its 
 cluster's workers) is sampled every 50 ms for each process's resident memory and CPU time (the running workers'
 CPU counted from the report's start). Prints the load average, since other work on the machine changes the ratio.
 
-    python benchmarks/bench_window_tasks.py [--mib 300] [--window-rows N] [--repeat 1]
+    python benchmarks/bench_window_tasks.py [--mib 300] [--window-rows N] [--repeat 1] [--workers 2]
 """
 
 from __future__ import annotations
@@ -119,10 +119,10 @@ def _role(p: psutil.Process, top: psutil.Process) -> str:
 
 
 class Running:
-    """A `dask scheduler` and two `dask worker` processes (one thread each) on 127.0.0.1, started before the
+    """A `dask scheduler` and ``n`` `dask worker` processes (one thread each) on 127.0.0.1, started before the
     report that uses them (--scheduler), stopped on exit."""
 
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, n: int):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         file = work / "scheduler.json"
         run = [sys.executable, "-m"]
@@ -135,13 +135,13 @@ class Running:
         import json
 
         self.address = json.loads(file.read_text())["address"]
-        for _ in range(2):
+        for _ in range(n):
             self.procs.append(subprocess.Popen([*run, "distributed.cli.dask_worker", self.address, "--host",
                                                 "127.0.0.1", "--nthreads", "1", "--no-dashboard"], **quiet))  # fmt: skip
         from distributed import Client
 
         with Client(self.address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=60)
+            client.wait_for_workers(n, timeout=60)
         self.workers = [psutil.Process(p.pid) for p in self.procs[1:]]
 
     def close(self) -> None:
@@ -156,6 +156,7 @@ def main() -> None:
     ap.add_argument("--mib", type=float, default=300)
     ap.add_argument("--window-rows", type=int, help="kernel rows a window (default: the report's, about 1M)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest counts")
+    ap.add_argument("--workers", type=int, default=2, help="workers of the local and of the running cluster")
     ap.add_argument("--tmp", type=Path, default=Path(tempfile.gettempdir()))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-window-tasks-", dir=args.tmp))
@@ -164,11 +165,12 @@ def main() -> None:
         rows = ["--window-rows", str(args.window_rows)] if args.window_rows else []
         print(f"{export.stat().st_size / 2**20:.0f} MiB export; {len(os.sched_getaffinity(0))} cores; "
               f"load average before: {os.getloadavg()[0]:.1f}")  # fmt: skip
-        cluster = Running(work)
+        n = args.workers
+        cluster = Running(work, n)
         configs = {
             "windows in turn (--workers 1)": ["--workers", "1"],
-            "window tasks (--workers 2)": ["--workers", "2"],
-            "window tasks (--scheduler, 2 running workers)": ["--scheduler", cluster.address],
+            f"window tasks (--workers {n})": ["--workers", str(n)],
+            f"window tasks (--scheduler, {n} running workers)": ["--scheduler", cluster.address],
         }
         best, outs = {}, {}
         try:
@@ -187,7 +189,7 @@ def main() -> None:
             print(f"{name}: {wall:.2f} s wall, {cpu:.1f} CPU-s in all; per process (peak RSS / CPU): {per}")
         first, local, running = (best[name][0] for name in configs)
         same = len({str(sorted(o.items())) for o in outs.values()}) == 1
-        print(f"speed ratio (in turn / tasks): --workers 2 {first / local:.2f}x, --scheduler {first / running:.2f}x; "
+        print(f"speed ratio (in turn / tasks): --workers {n} {first / local:.2f}x, --scheduler {first / running:.2f}x; "
               f"identical output: {'yes' if same else 'NO'}; load average after: {os.getloadavg()[0]:.1f}")  # fmt: skip
         if not same:
             sys.exit(1)

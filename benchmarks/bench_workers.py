@@ -1,4 +1,4 @@
-"""report --workers 2 against --workers 1 on 32 inputs: wall time, identical output, peak memory per process.
+"""report --workers N (2) against --workers 1 on 32 inputs: wall time, identical output, peak memory per process.
 
 The inputs are copies of the real captures in ../shared/data (nsys SQLite exports, each replicated --copies times
 along time, and Kineto traces; without that folder, those shipped in tests/data) under distinct names in a
@@ -6,7 +6,7 @@ temporary folder. Each configuration runs
 as its own `python -m profiler_kit report` process; the process tree is sampled every 50 ms for each process's
 resident memory. Prints the load average, since other work on the machine changes the ratio.
 
-    python benchmarks/bench_workers.py [--inputs 32] [--copies 8] [--repeat 1] [--reduce]
+    python benchmarks/bench_workers.py [--inputs 32] [--copies 8] [--repeat 1] [--workers 2] [--reduce]
 
 --reduce also times the client's part per result: unpickling it (the gather) and building the markdown report from
 32, 256 and 1,024 of them (the reduce), in this process.
@@ -162,6 +162,7 @@ def main() -> None:
     ap.add_argument("--inputs", type=int, default=32)
     ap.add_argument("--copies", type=int, default=8, help="each nsys export replicated this many times along time")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest counts")
+    ap.add_argument("--workers", type=int, default=2, help="the cluster size timed against --workers 1")
     ap.add_argument("--reduce", action="store_true", help="also time the client's gather and reduce per result")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
@@ -174,20 +175,21 @@ def main() -> None:
         best: dict[int, tuple] = {}
         outs = {}
         for _ in range(args.repeat):
-            for workers in (1, 2):
+            for workers in (1, args.workers):
                 out = Path(tmp) / f"out{workers}"
                 shutil.rmtree(out, ignore_errors=True)
                 got = run(folder, out, workers)
                 outs[workers] = files(out)
                 if workers not in best or got[0] < best[workers][0]:
                     best[workers] = got
-        same = outs[1] == outs[2]
+        same = outs[1] == outs[args.workers]
         for workers, (wall, mem, total_cpu, cpu) in best.items():
             per = ", ".join(f"{role} {rss / 2**20:.0f} MiB" for role, rss in sorted(mem.items()))
             busiest = ", ".join(f"{role} {s:.1f} s" for role, s in sorted(cpu.items()) if s >= 0.5)
             print(f"--workers {workers}: {wall:.2f} s wall, {total_cpu:.1f} CPU-s in all (most per process: "
                   f"{busiest}); peak RSS per process: {per}")  # fmt: skip
-        print(f"speed ratio (--workers 1 time / --workers 2 time): {best[1][0] / best[2][0]:.2f}x; "
+        n = args.workers
+        print(f"speed ratio (--workers 1 time / --workers {n} time): {best[1][0] / best[n][0]:.2f}x; "
               f"identical output: {'yes' if same else 'NO'}; load average after: {os.getloadavg()[0]:.1f}")  # fmt: skip
         if args.reduce:
             reduce_cost()
