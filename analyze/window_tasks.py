@@ -85,43 +85,32 @@ def carries(info: Split, folder: Path) -> Carries:
     later = info.later_ids()
     pids = sorted({pid for per in later for pid in per})
     floors = {pid: np.array([per.get(pid, NEVER) for per in later], dtype=np.int64) for pid in pids}
-    calls_spill, calls_last = None, np.full(n, -1, dtype=np.int64)
     earliest = np.full(n + 1, NEVER, dtype=np.int64)  # per window: the earliest start of a call carried into it
-    runtime = info.spills.get(RUNTIME_TABLE)
-    for u in range(n if runtime is not None else 0):
-        rows = runtime.take(u)
-        if not len(rows):
-            continue
-        last = _last_windows(rows, floors)
-        kept = last > u
-        if not kept.any():
-            continue
-        carried = rows[kept].assign(last=last[kept])
-        calls_spill = calls_spill or Spill(folder / "carried_calls.bin", list(carried.columns))
-        calls_spill.add(carried, np.full(len(carried), u, dtype=np.int64))
-        calls_last[u] = int(carried["last"].max())
+
+    def note_earliest(u: int, carried: pd.DataFrame) -> None:
         for to, start in carried.groupby("last")["start"].min().items():
             earliest[u + 1 : int(to) + 1] = np.minimum(earliest[u + 1 : int(to) + 1], int(start))
+
+    calls_spill, calls_last = _spill_carried(
+        info.spills.get(RUNTIME_TABLE),
+        n,
+        lambda rows: _last_windows(rows, floors),
+        folder / "carried_calls.bin",
+        note_earliest,
+    )
     edges = np.r_[info.edges, NEVER].astype(np.int64)
     before = np.minimum(edges, earliest[1:])  # windows._second_pass's bound at each window's end
-    ranges_spill, ranges_last = None, np.full(n, -1, dtype=np.int64)
-    nvtx = info.spills.get(NVTX_TABLE)
-    for u in range(n if nvtx is not None else 0):
-        rows = nvtx.take(u)
-        if not len(rows):
-            continue
+
+    def last_ranges(rows: pd.DataFrame) -> np.ndarray:
         end = rows["end"].to_numpy()
         end = np.where(end != MISSING, end, info.nvtx_last)  # an unclosed range ends at the last timestamp
         # A range is still open to the launches of window w while its end is not before the bound of every window
         # from its own to w - 1; the bounds never fall, so while it is not before w - 1's.
-        last = np.searchsorted(before, end, side="right")
-        kept = last > u
-        if not kept.any():
-            continue
-        carried = rows[kept].assign(last=last[kept])
-        ranges_spill = ranges_spill or Spill(folder / "carried_ranges.bin", list(carried.columns))
-        ranges_spill.add(carried, np.full(len(carried), u, dtype=np.int64))
-        ranges_last[u] = int(carried["last"].max())
+        return np.searchsorted(before, end, side="right")
+
+    ranges_spill, ranges_last = _spill_carried(
+        info.spills.get(NVTX_TABLE), n, last_ranges, folder / "carried_ranges.bin"
+    )
     return Carries(
         calls_spill,
         ranges_spill,
@@ -130,6 +119,28 @@ def carries(info: Split, folder: Path) -> Carries:
         before,
         _reaches(info.reach or {}, n),
     )
+
+
+def _spill_carried(source: Spill | None, n: int, last_windows, path: Path, on_carried=None):
+    """The rows of each window of ``source`` that reach a later window (``last_windows(rows)``: per row, the last
+    window it reaches), spilled to ``path`` tagged with their own window and that last one; and per window the
+    last window any of its rows reaches (-1: none)."""
+    spill, last_of = None, np.full(n, -1, dtype=np.int64)
+    for u in range(n if source is not None else 0):
+        rows = source.take(u)
+        if not len(rows):
+            continue
+        last = last_windows(rows)
+        kept = last > u
+        if not kept.any():
+            continue
+        carried = rows[kept].assign(last=last[kept])
+        spill = spill or Spill(path, list(carried.columns))
+        spill.add(carried, np.full(len(carried), u, dtype=np.int64))
+        last_of[u] = int(carried["last"].max())
+        if on_carried is not None:
+            on_carried(u, carried)
+    return spill, last_of
 
 
 def _last_windows(rows: pd.DataFrame, floors: dict[int, np.ndarray]) -> np.ndarray:
