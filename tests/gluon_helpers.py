@@ -26,7 +26,8 @@ def sm90() -> bool:
 def ptxas_spills(ptx: str, folder: Path) -> tuple[list[int], str]:
     """Assemble ``ptx`` for sm_90a with the ptxas that Triton ships (skip where it ships none): the spill-store
     bytes of each function and ptxas's verbose output. Fails when ptxas fails, or serializes a wgmma (warnings
-    C7512/C7515: the kernel would run, far slower)."""
+    C7512/C7515, or info C7514 where a register of a product in flight is read: the kernel would run, far
+    slower)."""
     import triton
 
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
@@ -37,5 +38,5 @@ def ptxas_spills(ptx: str, folder: Path) -> tuple[list[int], str]:
         [ptxas, "-arch=sm_90a", "-v", folder / "k.ptx", "-o", folder / "k.cubin"], capture_output=True, text=True
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "C7512" not in out.stderr and "C7515" not in out.stderr, out.stderr[-2000:]
+    assert not re.search(r"C751[245]", out.stderr), out.stderr[-2000:]
     return [int(x) for x in re.findall(r"(\d+) bytes spill stores", out.stderr)], out.stderr[-2000:]

@@ -22,7 +22,16 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
 @pytest.mark.parametrize(
     ("config", "kv_heads", "split"),
-    [("d128", 0, False), ("d128_dq2", 0, False), ("d128_s3", 0, False), ("d128", 2, False), ("d128", 2, True)],
+    [
+        ("d128", 0, False),
+        ("d128_dq2", 0, False),
+        ("d128_s3", 0, False),
+        ("d128_dkl", 0, False),
+        ("d128_dvl", 0, False),
+        ("d128_dkh", 0, False),
+        ("d128", 2, False),
+        ("d128", 2, True),
+    ],  # fmt: skip
 )
 def test_compiles_for_sm90(tmp_path, config, kv_heads, split):
     from profiler_kit.workloads import flash_gluon_bwd128 as g
