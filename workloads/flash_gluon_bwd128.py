@@ -75,6 +75,7 @@ CONFIGS = {
     "d128_dvl_dq2": (2, 168, 240, 24, 2, 2),
     "d128_dkh": (2, 168, 240, 24, 1, 3),
     "d128_dkh_dq2": (2, 168, 240, 24, 2, 3),
+    "d128_own": (2, 168, 240, 24, 2, 4),
 }
 DEFAULT = "d128"
 HEAD_GROUP = 1  # launch order: heads one after another
@@ -157,38 +158,72 @@ def _tile(
         dk0 = warpgroup_mma(ds_op, q_s.slice(0, HALF, dim=1), dk[0], is_async=True)
     else:
         ds_op = gl.convert_layout(ds, p_layout)
-    if ORDER == 0 or ORDER == 2:
+    if ORDER != 1 and ORDER != 3:
         dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)  # runs while dS^T is shared
-    ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
-    fence_async_shared()
-    mbarrier.arrive(ds_ready.index(b), count=1)
-    mbarrier.wait(ds_ready.index(b), (t // 2) & 1)  # both halves of dS^T written
-    dq = warpgroup_mma(
-        ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
-        gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
-    )  # fmt: skip
-    if ORDER == 0:
-        dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
-    else:  # dK (ORDER 1) or dV (2) issued after dQ: it runs while dQ is staged and reduced
-        if ORDER == 1:
-            dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
-        elif ORDER == 2:
-            dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
-        else:
-            dk1 = warpgroup_mma(ds_op, q_s.slice(HALF, HALF, dim=1), dk[1], is_async=True)
-        dq = warpgroup_mma_wait(num_outstanding=1, deps=(dq,))
-    buf = dq_smem.index(C * DQ_BUFS + t % DQ_BUFS)
-    tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
-    buf.store(dq)
-    fence_async_shared()
-    tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
-    if ORDER == 3:
-        dk0, dk1, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk0, dk1, dv, p_op, ds_op))
-        dk = (dk0, dk1)
-    elif ORDER != 0:
-        dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))
-    mbarrier.arrive(empty.index(stage), count=1)
+    if ORDER == 4:  # dQ over this consumer's own keys, every column, added in two halves: no exchange
+        _own_dq(ds, q_row0 + start_m, stage, a, C)
+        dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))  # (done)
+    else:
+        ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
+        fence_async_shared()
+        mbarrier.arrive(ds_ready.index(b), count=1)
+        mbarrier.wait(ds_ready.index(b), (t // 2) & 1)  # both halves of dS^T written
+        dq = warpgroup_mma(
+            ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
+            gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
+        )  # fmt: skip
+        if ORDER == 0:
+            dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
+            mbarrier.arrive(empty.index(stage), count=1)
+        else:  # dK (ORDER 1) or dV (2) issued after dQ: it runs while dQ is staged and reduced
+            if ORDER == 1:
+                dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
+            elif ORDER == 2:
+                dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
+            else:
+                dk1 = warpgroup_mma(ds_op, q_s.slice(HALF, HALF, dim=1), dk[1], is_async=True)
+            dq = warpgroup_mma_wait(num_outstanding=1, deps=(dq,))
+        buf = dq_smem.index(C * DQ_BUFS + t % DQ_BUFS)
+        tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
+        buf.store(dq)
+        fence_async_shared()
+        tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
+        if ORDER == 3:
+            dk0, dk1, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk0, dk1, dv, p_op, ds_op))
+            dk = (dk0, dk1)
+        elif ORDER != 0:
+            dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))
+        if ORDER != 0:
+            mbarrier.arrive(empty.index(stage), count=1)
     return dk, dv
+
+
+@gluon.jit
+def _own_dq(ds, q_row, stage, a, C: gl.constexpr):
+    """dQ of query rows ``q_row ...`` over consumer ``C``'s 64 keys alone (dS^T through shared memory for the
+    transpose), every column, in two 64-column halves each added into fp32 dQ by TMA: the consumers never wait
+    for each other, so they drift apart and fill each other's gaps, for twice the dQ reduce traffic (both halves
+    in flight at once needs more than 240 registers: ptxas serializes the wgmma, C7512)."""
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
+    ds_c = ds_smem.index(0).slice(C * KEYS, KEYS, dim=0)  # read by this consumer's products of this tile alone
+    ds_c.store(ds)
+    fence_async_shared()
+    k_c = k_smem.slice(C * KEYS, KEYS, dim=0)
+    zq = gl.zeros([BM, DQ_COLS], gl.float32, acc_layout(DQ_COLS))
+    for h in gl.static_range(2):
+        dq = warpgroup_mma(
+            ds_c.permute((1, 0)), k_c.slice(h * DQ_COLS, DQ_COLS, dim=1), zq, use_acc=False, is_async=True
+        )  # fmt: skip
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))  # dK and dV too: the Q/dO stage is free
+        if h == 0:
+            mbarrier.arrive(empty.index(stage), count=1)
+        tma.store_wait(pendings=1)  # two staging tiles a consumer: the reduce of the other one may be pending
+        dq_smem.index(C * 2 + h).store(dq)
+        fence_async_shared()
+        tma_reduce_add(dq_desc, [q_row, h * DQ_COLS], dq_smem.index(C * 2 + h))
 
 
 @gluon.jit
@@ -227,7 +262,11 @@ def _consumer(
                 first = 2
             for i in range(first, num_m):
                 dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER)
-    tma.store_wait(pendings=0)  # every product was waited for at the end of its tile
+    if ORDER == 3:
+        dk = warpgroup_mma_wait(num_outstanding=0, deps=dk)
+    else:
+        dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
+    tma.store_wait(pendings=0)
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
     cols = gl.arange(0, D_HEAD, layout=gl.SliceLayout(0, d_layout))
     off = rows.to(gl.int64)[:, None] * D_HEAD + cols[None, :]
