@@ -66,16 +66,19 @@ HEAD_DIM = 128
 # load warp rounded up to a warpgroup), each allocated maxnreg registers at launch; DQ_BUFS fp32 dQ staging tiles
 # a consumer (2: the reduce of the last tile need not be done before this tile's dQ is staged)
 CONFIGS = {
-    "d128": (2, 168, 240, 24, 1, 0),
-    "d128_dq2": (2, 168, 240, 24, 2, 0),
-    "d128_s3": (3, 168, 240, 24, 1, 0),
-    "d128_dkl": (2, 168, 240, 24, 1, 1),
-    "d128_dkl_dq2": (2, 168, 240, 24, 2, 1),
-    "d128_dvl": (2, 168, 240, 24, 1, 2),
-    "d128_dvl_dq2": (2, 168, 240, 24, 2, 2),
-    "d128_dkh": (2, 168, 240, 24, 1, 3),
-    "d128_dkh_dq2": (2, 168, 240, 24, 2, 3),
-    "d128_own": (2, 168, 240, 24, 2, 4),
+    "d128": (2, 168, 240, 24, 1, 0, 0),
+    "d128_dq2": (2, 168, 240, 24, 2, 0, 0),
+    "d128_s3": (3, 168, 240, 24, 1, 0, 0),
+    "d128_dkl": (2, 168, 240, 24, 1, 1, 0),
+    "d128_dkl_dq2": (2, 168, 240, 24, 2, 1, 0),
+    "d128_dvl": (2, 168, 240, 24, 1, 2, 0),
+    "d128_dvl_dq2": (2, 168, 240, 24, 2, 2, 0),
+    "d128_dkh": (2, 168, 240, 24, 1, 3, 0),
+    "d128_dkh_dq2": (2, 168, 240, 24, 2, 3, 0),
+    "d128_own": (2, 168, 240, 24, 2, 4, 0),
+    "d128_lds": (2, 168, 240, 24, 1, 0, 1),
+    "d128_dvl_lds": (2, 168, 240, 24, 1, 2, 1),
+    "d128_dvl_dq2_lds": (2, 168, 240, 24, 2, 2, 1),
 }
 DEFAULT = "d128"
 HEAD_GROUP = 1  # launch order: heads one after another
@@ -85,9 +88,9 @@ SPLIT_GQA = {"causal": True, "full": False}
 
 
 @gluon.jit
-def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr):
+def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr, LD_SMEM: gl.constexpr):
     """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     kv_row0 = row0
@@ -103,7 +106,12 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.conste
             h = t // num_m
             q_row = row0 * GQA + h * N_CTX + lo + (t - h * num_m) * BM
         mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
-        mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        if LD_SMEM:  # the tile's log-sum-exp and rowsum(dO O) with it (256 bytes each)
+            mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes + 2 * BM * 4)
+            tma.async_copy_global_to_shared(L, [q_row // BM, 0], ready.index(s), l_smem.index(s))
+            tma.async_copy_global_to_shared(D, [q_row // BM, 0], ready.index(s), d_smem.index(s))
+        else:
+            mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready.index(s), q_smem.index(s))
         tma.async_copy_global_to_shared(do_desc, [q_row, 0], ready.index(s), do_smem.index(s))
 
@@ -111,11 +119,11 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.conste
 @gluon.jit
 def _tile(
     t, i, q_row0, dk, dv, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
-    ORDER: gl.constexpr,
+    ORDER: gl.constexpr, LD_SMEM: gl.constexpr,
 ):  # fmt: skip
     """Query tile ``i`` of the query head at row ``q_row0`` (the program's ``t``-th tile) for consumer ``C``: dV, dK
     accumulated, its half of dS^T shared, its half of dQ reduced."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
@@ -138,8 +146,11 @@ def _tile(
     zero = gl.zeros([KEYS, BM], gl.float32, s_layout)
     s_t = warpgroup_mma(k_a, q_s.permute((1, 0)), zero, use_acc=False, is_async=True)
     dp_t = warpgroup_mma(v_a, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
-    qcols = q_row0 + start_m + gl.arange(0, BM, layout=col_layout)  # L and D loaded as the products run (cached)
-    lse = gl.load(L + qcols) * LOG2E
+    if LD_SMEM:  # L and D of the tile's rows: in shared memory with Q
+        lse = l_smem.index(stage).reshape([BM]).load(col_layout) * LOG2E
+    else:  # loaded as the products run (cached)
+        qcols = q_row0 + start_m + gl.arange(0, BM, layout=col_layout)
+        lse = gl.load(L + qcols) * LOG2E
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t,))
     p_t = gl.exp2(s_t * (sm_scale * LOG2E) - lse[None, :])
     if MASK:  # a tile that crosses the diagonal: keys after the query are masked
@@ -149,7 +160,10 @@ def _tile(
     p_op = gl.convert_layout(p_t.to(dtype), p_layout)
     if ORDER != 2:
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
-    delta = gl.load(D + qcols) * sm_scale
+    if LD_SMEM:
+        delta = d_smem.index(stage).reshape([BM]).load(col_layout) * sm_scale
+    else:
+        delta = gl.load(D + qcols) * sm_scale
     dp_t = warpgroup_mma_wait(num_outstanding=0 if ORDER == 2 else 1, deps=(dp_t,))  # dV in flight, if issued
     ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)  # dS carries the softmax scale
     if ORDER == 3:  # dK in two 64-column halves: one runs while dS^T is shared, the other while dQ is staged
@@ -204,7 +218,7 @@ def _own_dq(ds, q_row, stage, a, C: gl.constexpr):
     transpose), every column, in two 64-column halves each added into fp32 dQ by TMA: the consumers never wait
     for each other, so they drift apart and fill each other's gaps, for twice the dQ reduce traffic (both halves
     in flight at once needs more than 240 registers: ptxas serializes the wgmma, C7512)."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
     DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
@@ -229,10 +243,10 @@ def _own_dq(ds, q_row, stage, a, C: gl.constexpr):
 @gluon.jit
 def _consumer(
     a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr,
-    ORDER: gl.constexpr,
+    ORDER: gl.constexpr, LD_SMEM: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     d_layout: gl.constexpr = acc_layout(D_HEAD)
@@ -248,20 +262,20 @@ def _consumer(
         first = 0
         if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
             for i in range(2):
-                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER)
+                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER, LD_SMEM)
             first = 2
         for i in range(first, num_m):
-            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER)
+            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER, LD_SMEM)
     else:
         for h in range(GQA):  # dK, dV sum over the query heads that read these keys
             q_row0 = row0 * GQA + h * N_CTX
             first = 0
             if IS_CAUSAL:
                 for i in range(2):
-                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER)
+                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER, LD_SMEM)
                 first = 2
             for i in range(first, num_m):
-                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER)
+                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER, LD_SMEM)
     if ORDER == 3:
         dk = warpgroup_mma_wait(num_outstanding=0, deps=dk)
     else:
@@ -285,6 +299,7 @@ def _flash_bwd128_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr, ORDER: gl.constexpr,
+    LD_SMEM: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 keys of a K/V head (two consumer warpgroups), over the query tiles of the ``GQA`` query
     heads that read it; each query tile's dQ added into fp32 dQ in halves. ``SPLIT`` (with ``GQA`` 1): a program
@@ -311,6 +326,11 @@ def _flash_bwd128_kernel(
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BM], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BM], ds_layout)
     dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFS, BM, DQ_COLS], dq_desc.layout)
+    l_smem = None
+    d_smem = None
+    if LD_SMEM:
+        l_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BM], L.layout)
+        d_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BM], D.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -324,11 +344,12 @@ def _flash_bwd128_kernel(
         # has arrived on the other buffer, which it does after its dQ product read this one
         mbarrier.init(ds_ready.index(b), count=2)
 
-    a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem,
+    a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
          kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER)),
-         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER)), (_load_partition, (a, STAGES, GQA, SPLIT))],
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER, LD_SMEM)),
+         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER, LD_SMEM)),
+         (_load_partition, (a, STAGES, GQA, SPLIT, LD_SMEM))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
 
@@ -350,18 +371,21 @@ def launch_args(
 ):  # fmt: skip
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS);
     ``split``: grouped-query heads one program per query head, ``dk``, ``dv`` of the query heads' shape."""
-    stages, maxnreg, consumer_regs, load_regs, dq_bufs, order = CONFIGS[config] if isinstance(config, str) else config
+    stages, maxnreg, consumer_regs, load_regs, dq_bufs, order, ld_smem = (
+        CONFIGS[config] if isinstance(config, str) else config
+    )
     bh, n, d = q.shape
     group = bh // k.shape[0]
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
     args = (
         tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (KEYS_PER_PROGRAM, d)), tensor_desc(v, (KEYS_PER_PROGRAM, d)),
-        tensor_desc(do, (BLOCK_M, d)), tensor_desc(dq, (BLOCK_M, d // 2)), dk, dv, lse, delta, sm_scale, n,
+        tensor_desc(do, (BLOCK_M, d)), tensor_desc(dq, (BLOCK_M, d // 2)), dk, dv,
+        *((tensor_desc(x.view(-1, BLOCK_M), (1, BLOCK_M)) for x in (lse, delta)) if ld_smem else (lse, delta)), sm_scale, n,
     )  # fmt: skip
     split = split and group > 1
     consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), 1 if split else group,
-              group if split else 1, order)  # fmt: skip
+              group if split else 1, order, bool(ld_smem))  # fmt: skip
     grid = (n // KEYS_PER_PROGRAM * (bh if split else k.shape[0]),)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
@@ -399,4 +423,5 @@ def compile_sm90(
     lse = delta = torch.empty(heads, n, dtype=torch.float32)
     dk = torch.empty(heads, n, HEAD_DIM, dtype=torch.float32) if split else k
     _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dk, 0.125, is_causal, config, split=split)
-    return gluon_tiles.compile_sm90(_flash_bwd128_kernel, args, consts, opts, ("DK", "DV", "L", "D", "N_CTX"))
+    pointers = ("DK", "DV", "N_CTX") if consts[-1] else ("DK", "DV", "L", "D", "N_CTX")
+    return gluon_tiles.compile_sm90(_flash_bwd128_kernel, args, consts, opts, pointers)
