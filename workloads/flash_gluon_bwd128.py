@@ -79,6 +79,8 @@ CONFIGS = {
     "d128_lds": (2, 168, 240, 24, 1, 0, 1),
     "d128_dvl_lds": (2, 168, 240, 24, 1, 2, 1),
     "d128_dvl_dq2_lds": (2, 168, 240, 24, 2, 2, 1),
+    "d128_dkl_lds": (2, 168, 240, 24, 1, 1, 1),
+    "d128_dkh_lds": (2, 168, 240, 24, 1, 3, 1),
 }
 DEFAULT = "d128"
 HEAD_GROUP = 1  # launch order: heads one after another
