@@ -26,10 +26,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
         ("d128", 0, False),
         ("d128_dq2", 0, False),
         ("d128_s3", 0, False),
-        ("d128_dkl", 0, False),
         ("d128_dvl", 0, False),
         ("d128_dkh", 0, False),
-        ("d128_own", 0, False),
         ("d128", 2, False),
         ("d128", 2, True),
     ],  # fmt: skip

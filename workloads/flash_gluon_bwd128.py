@@ -4,16 +4,18 @@ The d 64 kernel (``flash_gluon_ws``) gives dQ its own warpgroup; at d 128 the co
 alone take 128 registers a thread, so no registers are left for a fourth warpgroup. As FlashAttention-3's
 backward, the two consumer warpgroups compute dQ themselves:
 
-- a 1-warp load partition: K and V of the program's 128 keys once, then the Q and dO tiles (64 query rows) into a
-  ``STAGES``-deep ring of shared memory (``ready`` / ``empty`` mbarriers), 24 registers;
+- a 1-warp load partition: K and V of the program's 128 keys once, then the Q and dO tiles (64 query rows) with
+  their rows of L and D (log-sum-exp, rowsum(dO O)) into a ``STAGES``-deep ring of shared memory (``ready`` /
+  ``empty`` mbarriers), 24 registers;
 - two consumer warpgroups, each owning 64 of the keys, per query tile: S^T = K Q^T and dP^T = V dO^T issued
   together, P^T, dV += P^T dO (P^T from registers), dS^T, dK += dS^T Q (dS^T from registers); each writes its half
   of dS^T into a double-buffered shared tile, and once both halves are there (``ds_ready``) computes one 64-column
   half of dQ = dS K (``DQ_COLS`` columns of d), added into the fp32 dQ buffer by an asynchronous TMA reduce.
 
 dK is issued before dS^T is shared, so it runs while the warpgroups wait for each other; every product of a tile is
-waited for at its end. (dK issued after dQ and left in flight into the next tile needs more registers than 240:
-ptxas serializes the wgmma instructions, C7512.)
+waited for at its end (``ORDER`` 0). ``ORDER`` 1 issues dV after dQ and 2 dK's second 64-column half, so that a
+product runs while dQ is staged. (dK issued after dQ and left in flight into the next tile needs more registers
+than 240: ptxas serializes the wgmma instructions, C7512.)
 
 Grouped-query heads (``GQA``): a program loops over the query heads that read its K/V head, so dK and dV keep one
 writer; or, with ``SPLIT_GQA`` (causal), a program per query head writes that head's dK and dV in fp32 and the
@@ -27,17 +29,21 @@ heads' longest programs first instead of head after head was slower (0.72 agains
 Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only (``supported``);
 ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
 
-At 1x16 heads, d 128, bf16 on an H100 (``benchmarks/attention_gluon_screen.py``, the backward's kernels alone, ms,
-results/attention/screen_d128.jsonl): ``d128`` causal 4096 / 16384 / 65536 0.503 / 5.813 / 89.52 against SDPA's
-0.446 / 5.228 / 78.66 and the Triton ``tma`` backward's 0.596 / 6.879 / 105.6; not causal 0.773 / 11.22 / 178.3
-against 0.677 / 10.17 / 160.6 and 0.904 / 13.36 / 209.2: 0.88-0.91x SDPA's speed (490 TFLOP/s against 540-560 at
-16384 and up). Two dQ staging tiles (``d128_dq2``) and a 3-stage Q/dO ring (``d128_s3``) were within 0.03x of it
-either way. Not kept (commit 70105f5): each tile's dQ product one tile later, so that the warpgroups need not wait for
-each other every tile: 0.76-0.87x, with ~500 bytes of spilled scalars. Not kept (commit a0fafb2, ``d128_late``):
-each tile's dQ staged into shared memory by the next tile after it issues S^T, so the tensor cores run S^T
-meanwhile (dQ scaled on the way: ptxas otherwise waits for S^T before reading registers a product wrote, C7517):
-0.84-0.87x against 0.90x in the same screen (H100, 2026-11-27, seq 4096-65536, causal and not), ~270 bytes of
-spills; nothing may stay in flight across iterations (C7514), and 240 registers hold no more.
+At 1x16 heads, d 128, bf16 on an H100 (``benchmarks/attention_gluon_screen.py --kinds bwd``, the backward's
+kernels alone, ms, SDPA in the same process, 2026-11-28): ``d128`` causal 4096 / 16384 / 65536 0.445 / 5.03-5.17 /
+81.1 against SDPA's 0.443 / 5.10-5.14 / 82.0, not causal 0.675 / 10.36-10.58 / 155.9 against 0.673 / 9.86-10.04 /
+154.5: 0.93-1.01x SDPA's speed (530-565 TFLOP/s from 16384 on). L and D came from global memory in each consumer
+before (0.82-0.91x, 470-490 TFLOP/s): ncu (causal 16384) put a third of the consumers' stall samples on those loads,
+which L2 served late under the dQ reductions (L2 71% busy), and on ~236 bytes of spilled address registers
+reloaded every tile (84 left). ``d128_dvl`` 0.96-1.02x and ``d128_dkh`` 0.95-1.03x (ahead only at causal 65536);
+two dQ staging tiles (``d128_dq2``) and a 3-stage ring (``d128_s3``) were within 0.03x before. Not kept (commit
+b20efc7): dK issued after dQ, as FA3 issues it (0.90-0.99x), and ``d128_dvl`` with two staging tiles (0.90-1.01x).
+Not kept (commit bc5faac): each consumer's dQ over its own 64 keys and every column, no dS^T exchange, so
+the consumers need not wait for each other: 0.71-0.76x (twice the dQ reduce traffic into a busy L2). Not kept
+(commit 70105f5): each tile's dQ product one tile later: 0.76-0.87x, with ~500 bytes of spilled scalars. Not kept
+(commit a0fafb2, ``d128_late``): each tile's dQ staged into shared memory by the next tile after it issues S^T:
+0.84-0.87x against 0.90x then, ~270 bytes of spills; nothing may stay in flight across iterations (C7514), and
+240 registers hold no more.
 """
 
 from __future__ import annotations
@@ -66,21 +72,11 @@ HEAD_DIM = 128
 # load warp rounded up to a warpgroup), each allocated maxnreg registers at launch; DQ_BUFS fp32 dQ staging tiles
 # a consumer (2: the reduce of the last tile need not be done before this tile's dQ is staged)
 CONFIGS = {
-    "d128": (2, 168, 240, 24, 1, 0, 0),
-    "d128_dq2": (2, 168, 240, 24, 2, 0, 0),
-    "d128_s3": (3, 168, 240, 24, 1, 0, 0),
-    "d128_dkl": (2, 168, 240, 24, 1, 1, 0),
-    "d128_dkl_dq2": (2, 168, 240, 24, 2, 1, 0),
-    "d128_dvl": (2, 168, 240, 24, 1, 2, 0),
-    "d128_dvl_dq2": (2, 168, 240, 24, 2, 2, 0),
-    "d128_dkh": (2, 168, 240, 24, 1, 3, 0),
-    "d128_dkh_dq2": (2, 168, 240, 24, 2, 3, 0),
-    "d128_own": (2, 168, 240, 24, 2, 4, 0),
-    "d128_lds": (2, 168, 240, 24, 1, 0, 1),
-    "d128_dvl_lds": (2, 168, 240, 24, 1, 2, 1),
-    "d128_dvl_dq2_lds": (2, 168, 240, 24, 2, 2, 1),
-    "d128_dkl_lds": (2, 168, 240, 24, 1, 1, 1),
-    "d128_dkh_lds": (2, 168, 240, 24, 1, 3, 1),
+    "d128": (2, 168, 240, 24, 1, 0),
+    "d128_dq2": (2, 168, 240, 24, 2, 0),
+    "d128_s3": (3, 168, 240, 24, 1, 0),
+    "d128_dvl": (2, 168, 240, 24, 1, 1),
+    "d128_dkh": (2, 168, 240, 24, 1, 2),
 }
 DEFAULT = "d128"
 HEAD_GROUP = 1  # launch order: heads one after another
@@ -90,7 +86,7 @@ SPLIT_GQA = {"causal": True, "full": False}
 
 
 @gluon.jit
-def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr, LD_SMEM: gl.constexpr):
+def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr):
     """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
@@ -108,12 +104,10 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.conste
             h = t // num_m
             q_row = row0 * GQA + h * N_CTX + lo + (t - h * num_m) * BM
         mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
-        if LD_SMEM:  # the tile's log-sum-exp and rowsum(dO O) with it (256 bytes each)
-            mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes + 2 * BM * 4)
-            tma.async_copy_global_to_shared(L, [q_row // BM, 0], ready.index(s), l_smem.index(s))
-            tma.async_copy_global_to_shared(D, [q_row // BM, 0], ready.index(s), d_smem.index(s))
-        else:
-            mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        # with each tile its rows of L and D (log-sum-exp, rowsum(dO O)), 256 bytes each
+        mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes + 2 * BM * 4)
+        tma.async_copy_global_to_shared(L, [q_row // BM, 0], ready.index(s), l_smem.index(s))
+        tma.async_copy_global_to_shared(D, [q_row // BM, 0], ready.index(s), d_smem.index(s))
         tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready.index(s), q_smem.index(s))
         tma.async_copy_global_to_shared(do_desc, [q_row, 0], ready.index(s), do_smem.index(s))
 
@@ -121,7 +115,7 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.conste
 @gluon.jit
 def _tile(
     t, i, q_row0, dk, dv, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
-    ORDER: gl.constexpr, LD_SMEM: gl.constexpr,
+    ORDER: gl.constexpr,
 ):  # fmt: skip
     """Query tile ``i`` of the query head at row ``q_row0`` (the program's ``t``-th tile) for consumer ``C``: dV, dK
     accumulated, its half of dS^T shared, its half of dQ reduced."""
@@ -148,11 +142,7 @@ def _tile(
     zero = gl.zeros([KEYS, BM], gl.float32, s_layout)
     s_t = warpgroup_mma(k_a, q_s.permute((1, 0)), zero, use_acc=False, is_async=True)
     dp_t = warpgroup_mma(v_a, do_s.permute((1, 0)), zero, use_acc=False, is_async=True)
-    if LD_SMEM:  # L and D of the tile's rows: in shared memory with Q
-        lse = l_smem.index(stage).reshape([BM]).load(col_layout) * LOG2E
-    else:  # loaded as the products run (cached)
-        qcols = q_row0 + start_m + gl.arange(0, BM, layout=col_layout)
-        lse = gl.load(L + qcols) * LOG2E
+    lse = l_smem.index(stage).reshape([BM]).load(col_layout) * LOG2E  # the tile's L and D: with Q and dO
     s_t = warpgroup_mma_wait(num_outstanding=1, deps=(s_t,))
     p_t = gl.exp2(s_t * (sm_scale * LOG2E) - lse[None, :])
     if MASK:  # a tile that crosses the diagonal: keys after the query are masked
@@ -160,92 +150,54 @@ def _tile(
         cols = start_m + gl.arange(0, BM, layout=col_layout)
         p_t = gl.where(cols[None, :] >= rows[:, None], p_t, 0.0)
     p_op = gl.convert_layout(p_t.to(dtype), p_layout)
-    if ORDER != 2:
+    if ORDER != 1:
         dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
-    if LD_SMEM:
-        delta = d_smem.index(stage).reshape([BM]).load(col_layout) * sm_scale
-    else:
-        delta = gl.load(D + qcols) * sm_scale
-    dp_t = warpgroup_mma_wait(num_outstanding=0 if ORDER == 2 else 1, deps=(dp_t,))  # dV in flight, if issued
+    delta = d_smem.index(stage).reshape([BM]).load(col_layout) * sm_scale
+    dp_t = warpgroup_mma_wait(num_outstanding=0 if ORDER == 1 else 1, deps=(dp_t,))  # dV in flight, if issued
     ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)  # dS carries the softmax scale
-    if ORDER == 3:  # dK in two 64-column halves: one runs while dS^T is shared, the other while dQ is staged
+    if ORDER == 2:  # dK in two 64-column halves: one runs while dS^T is shared, the other while dQ is staged
         HALF: gl.constexpr = D_HEAD // 2
         ds_op = gl.convert_layout(ds, gl.DotOperandLayout(operand_index=0, parent=acc_layout(HALF), k_width=2))
         dk0 = warpgroup_mma(ds_op, q_s.slice(0, HALF, dim=1), dk[0], is_async=True)
     else:
         ds_op = gl.convert_layout(ds, p_layout)
-    if ORDER != 1 and ORDER != 3:
         dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)  # runs while dS^T is shared
-    if ORDER == 4:  # dQ over this consumer's own keys, every column, added in two halves: no exchange
-        _own_dq(ds, q_row0 + start_m, stage, a, C)
-        dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))  # (done)
-    else:
-        ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
-        fence_async_shared()
-        mbarrier.arrive(ds_ready.index(b), count=1)
-        mbarrier.wait(ds_ready.index(b), (t // 2) & 1)  # both halves of dS^T written
-        dq = warpgroup_mma(
-            ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
-            gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
-        )  # fmt: skip
-        if ORDER == 0:
-            dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
-            mbarrier.arrive(empty.index(stage), count=1)
-        else:  # dK (ORDER 1) or dV (2) issued after dQ: it runs while dQ is staged and reduced
-            if ORDER == 1:
-                dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)
-            elif ORDER == 2:
-                dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
-            else:
-                dk1 = warpgroup_mma(ds_op, q_s.slice(HALF, HALF, dim=1), dk[1], is_async=True)
-            dq = warpgroup_mma_wait(num_outstanding=1, deps=(dq,))
-        buf = dq_smem.index(C * DQ_BUFS + t % DQ_BUFS)
-        tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
-        buf.store(dq)
-        fence_async_shared()
-        tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
-        if ORDER == 3:
-            dk0, dk1, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk0, dk1, dv, p_op, ds_op))
-            dk = (dk0, dk1)
-        elif ORDER != 0:
-            dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))
-        if ORDER != 0:
-            mbarrier.arrive(empty.index(stage), count=1)
-    return dk, dv
-
-
-@gluon.jit
-def _own_dq(ds, q_row, stage, a, C: gl.constexpr):
-    """dQ of query rows ``q_row ...`` over consumer ``C``'s 64 keys alone (dS^T through shared memory for the
-    transpose), every column, in two 64-column halves each added into fp32 dQ by TMA: the consumers never wait
-    for each other, so they drift apart and fill each other's gaps, for twice the dQ reduce traffic (both halves
-    in flight at once needs more than 240 registers: ptxas serializes the wgmma, C7512)."""
-    (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
-     kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
-    ds_c = ds_smem.index(0).slice(C * KEYS, KEYS, dim=0)  # read by this consumer's products of this tile alone
-    ds_c.store(ds)
+    ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
     fence_async_shared()
-    k_c = k_smem.slice(C * KEYS, KEYS, dim=0)
-    zq = gl.zeros([BM, DQ_COLS], gl.float32, acc_layout(DQ_COLS))
-    for h in gl.static_range(2):
-        dq = warpgroup_mma(
-            ds_c.permute((1, 0)), k_c.slice(h * DQ_COLS, DQ_COLS, dim=1), zq, use_acc=False, is_async=True
-        )  # fmt: skip
-        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))  # dK and dV too: the Q/dO stage is free
-        if h == 0:
-            mbarrier.arrive(empty.index(stage), count=1)
-        tma.store_wait(pendings=1)  # two staging tiles a consumer: the reduce of the other one may be pending
-        dq_smem.index(C * 2 + h).store(dq)
-        fence_async_shared()
-        tma_reduce_add(dq_desc, [q_row, h * DQ_COLS], dq_smem.index(C * 2 + h))
+    mbarrier.arrive(ds_ready.index(b), count=1)
+    mbarrier.wait(ds_ready.index(b), (t // 2) & 1)  # both halves of dS^T written
+    dq = warpgroup_mma(
+        ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
+        gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
+    )  # fmt: skip
+    if ORDER == 0:
+        dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
+        mbarrier.arrive(empty.index(stage), count=1)
+    else:  # dV (ORDER 1) or dK's second half (2) issued after dQ: it runs while dQ is staged and reduced
+        if ORDER == 1:
+            dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
+        else:
+            dk1 = warpgroup_mma(ds_op, q_s.slice(HALF, HALF, dim=1), dk[1], is_async=True)
+        dq = warpgroup_mma_wait(num_outstanding=1, deps=(dq,))
+    buf = dq_smem.index(C * DQ_BUFS + t % DQ_BUFS)
+    tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
+    buf.store(dq)
+    fence_async_shared()
+    tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
+    if ORDER == 1:
+        dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))
+        mbarrier.arrive(empty.index(stage), count=1)
+    elif ORDER == 2:
+        dk0, dk1, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk0, dk1, dv, p_op, ds_op))
+        dk = (dk0, dk1)
+        mbarrier.arrive(empty.index(stage), count=1)
+    return dk, dv
 
 
 @gluon.jit
 def _consumer(
     a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr,
-    ORDER: gl.constexpr, LD_SMEM: gl.constexpr,
+    ORDER: gl.constexpr,
 ):  # fmt: skip
     """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
@@ -254,7 +206,7 @@ def _consumer(
     d_layout: gl.constexpr = acc_layout(D_HEAD)
     HALF: gl.constexpr = D_HEAD // 2
     h_layout: gl.constexpr = acc_layout(HALF)
-    if ORDER == 3:  # dK in 64-column halves
+    if ORDER == 2:  # dK in 64-column halves
         dk = (gl.zeros([KEYS, HALF], gl.float32, h_layout), gl.zeros([KEYS, HALF], gl.float32, h_layout))
     else:
         dk = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
@@ -264,21 +216,21 @@ def _consumer(
         first = 0
         if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
             for i in range(2):
-                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER, LD_SMEM)
+                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER)
             first = 2
         for i in range(first, num_m):
-            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER, LD_SMEM)
+            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER)
     else:
         for h in range(GQA):  # dK, dV sum over the query heads that read these keys
             q_row0 = row0 * GQA + h * N_CTX
             first = 0
             if IS_CAUSAL:
                 for i in range(2):
-                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER, LD_SMEM)
+                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER)
                 first = 2
             for i in range(first, num_m):
-                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER, LD_SMEM)
-    if ORDER == 3:
+                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER)
+    if ORDER == 2:
         dk = warpgroup_mma_wait(num_outstanding=0, deps=dk)
     else:
         dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
@@ -286,7 +238,7 @@ def _consumer(
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
     cols = gl.arange(0, D_HEAD, layout=gl.SliceLayout(0, d_layout))
     off = rows.to(gl.int64)[:, None] * D_HEAD + cols[None, :]
-    if ORDER == 3:
+    if ORDER == 2:
         h_rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, h_layout))
         h_off = h_rows.to(gl.int64)[:, None] * D_HEAD + gl.arange(0, HALF, layout=gl.SliceLayout(0, h_layout))[None, :]
         gl.store(DK + h_off, dk[0].to(DK.dtype.element_ty))
@@ -301,7 +253,6 @@ def _flash_bwd128_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr, ORDER: gl.constexpr,
-    LD_SMEM: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 keys of a K/V head (two consumer warpgroups), over the query tiles of the ``GQA`` query
     heads that read it; each query tile's dQ added into fp32 dQ in halves. ``SPLIT`` (with ``GQA`` 1): a program
@@ -328,11 +279,8 @@ def _flash_bwd128_kernel(
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BM], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BM], ds_layout)
     dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFS, BM, DQ_COLS], dq_desc.layout)
-    l_smem = None
-    d_smem = None
-    if LD_SMEM:
-        l_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BM], L.layout)
-        d_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BM], D.layout)
+    l_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BM], L.layout)
+    d_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, BM], D.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -349,9 +297,9 @@ def _flash_bwd128_kernel(
     a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
          kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER, LD_SMEM)),
-         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER, LD_SMEM)),
-         (_load_partition, (a, STAGES, GQA, SPLIT, LD_SMEM))],
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER)),
+         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER)),
+         (_load_partition, (a, STAGES, GQA, SPLIT))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
 
@@ -373,9 +321,7 @@ def launch_args(
 ):  # fmt: skip
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS);
     ``split``: grouped-query heads one program per query head, ``dk``, ``dv`` of the query heads' shape."""
-    stages, maxnreg, consumer_regs, load_regs, dq_bufs, order, ld_smem = (
-        CONFIGS[config] if isinstance(config, str) else config
-    )
+    stages, maxnreg, consumer_regs, load_regs, dq_bufs, order = CONFIGS[config] if isinstance(config, str) else config
     bh, n, d = q.shape
     group = bh // k.shape[0]
     if n % KEYS_PER_PROGRAM:
@@ -383,11 +329,12 @@ def launch_args(
     args = (
         tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (KEYS_PER_PROGRAM, d)), tensor_desc(v, (KEYS_PER_PROGRAM, d)),
         tensor_desc(do, (BLOCK_M, d)), tensor_desc(dq, (BLOCK_M, d // 2)), dk, dv,
-        *((tensor_desc(x.view(-1, BLOCK_M), (1, BLOCK_M)) for x in (lse, delta)) if ld_smem else (lse, delta)), sm_scale, n,
+        tensor_desc(lse.view(-1, BLOCK_M), (1, BLOCK_M)), tensor_desc(delta.view(-1, BLOCK_M), (1, BLOCK_M)),
+        sm_scale, n,
     )  # fmt: skip
     split = split and group > 1
     consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), 1 if split else group,
-              group if split else 1, order, bool(ld_smem))  # fmt: skip
+              group if split else 1, order)  # fmt: skip
     grid = (n // KEYS_PER_PROGRAM * (bh if split else k.shape[0]),)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
@@ -425,5 +372,4 @@ def compile_sm90(
     lse = delta = torch.empty(heads, n, dtype=torch.float32)
     dk = torch.empty(heads, n, HEAD_DIM, dtype=torch.float32) if split else k
     _, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dk, 0.125, is_causal, config, split=split)
-    pointers = ("DK", "DV", "N_CTX") if consts[-1] else ("DK", "DV", "L", "D", "N_CTX")
-    return gluon_tiles.compile_sm90(_flash_bwd128_kernel, args, consts, opts, pointers)
+    return gluon_tiles.compile_sm90(_flash_bwd128_kernel, args, consts, opts, ("DK", "DV", "N_CTX"))
