@@ -101,6 +101,7 @@ def test_direct_launch_equals_tritons_launch():
     for direct in (True, False):
         gen = torch.Generator(device="cuda").manual_seed(7)
         tl._PLANS.clear()
+        tl._KEYED.clear()
         tl.DIRECT_LAUNCH, kept = direct, tl.DIRECT_LAUNCH
         try:
             runs = []
@@ -120,3 +121,33 @@ def test_direct_launch_equals_tritons_launch():
         for x, y in zip((o, lse, dk, dv), (theirs[0], theirs[1], *theirs[3:]), strict=True):
             assert torch.equal(x, y)
         assert (dq.float() - theirs[2].float()).abs().max() <= 1e-2 * dq.float().abs().max()
+
+
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
+@pytest.mark.parametrize("causal", [True, False])
+def test_keyed_launches_replay_the_same_launch(causal):
+    """A launch whose key (addresses, shapes, constants) was seen replays that launch's encoded arguments
+    (triton_launch.launch_keyed): on buffers handed back by the allocator, as in a training loop, no new entry and
+    the same outputs as the first, built launch (O, L, dK, dV bit for bit; dQ up to the order of its reduce-adds);
+    on other buffers, a new entry."""
+    import torch
+    from profiler_kit.workloads import flash_triton as ft
+    from profiler_kit.workloads import triton_launch as tl
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q, k, v, do = (torch.randn(4, 1024, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    tl._KEYED.clear()
+    runs, sizes = [], []
+    for _ in range(4):
+        o, lse = ft.forward_kernels(q, k, v, causal)
+        grads = ft.backward_kernels(do, q, k, v, o, lse, causal, "gluon_ws")
+        runs.append([t.clone() for t in (o, lse, *grads)])
+        sizes.append(len(tl._KEYED))
+        del o, lse, grads  # the next iteration gets these buffers back
+    assert sizes[1] >= 3 and sizes[-1] == sizes[1], sizes  # forward, D kernel, backward: replayed after the first
+    for run in runs[1:]:
+        for x, y in zip(run[:2] + run[3:], runs[0][:2] + runs[0][3:], strict=True):
+            assert torch.equal(x, y)
+        assert (run[2].float() - runs[0][2].float()).abs().max() <= 1e-2 * runs[0][2].float().abs().max()
+    ft.forward_kernels(q.clone(), k, v, causal)  # another address: built, not replayed
+    assert len(tl._KEYED) == sizes[-1] + 1

@@ -51,7 +51,7 @@ from __future__ import annotations
 import torch
 from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
-from profiler_kit.workloads.triton_launch import capability, launch
+from profiler_kit.workloads.triton_launch import capability, launch_keyed
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -351,11 +351,19 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
     dk_out, dv_out = dk, dv
     if split:
         dk, dv = (torch.empty(q.shape, dtype=torch.float32, device=q.device) for _ in range(2))
-    grid, args, consts, opts = launch_args(
-        q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group, split
-    )  # fmt: skip
-    names = _flash_bwd128_kernel.arg_names[len(args) :]
-    launch(_flash_bwd128_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
+
+    def build():
+        grid, args, consts, opts = launch_args(
+            q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group, split
+        )  # fmt: skip
+        names = _flash_bwd128_kernel.arg_names[len(args) :]
+        return grid, args, dict(zip(names, consts, strict=True)) | opts
+
+    # every input of the launch: the same key is the same launch (inputs are contiguous)
+    key = (_flash_bwd128_kernel, q.device.index, q.dtype, tuple(q.shape), k.shape[0], sm_scale, is_causal,
+           config if isinstance(config, str) else tuple(config), head_group, split,
+           *(t.data_ptr() for t in (q, k, v, do, dq, lse, delta, dk, dv)))  # fmt: skip
+    launch_keyed(key, _flash_bwd128_kernel, build)
     if split:
         dk_out.copy_(dk.view(k.shape[0], -1, *k.shape[1:]).sum(1))  # fp32 sums, cast once
         dv_out.copy_(dv.view(k.shape[0], -1, *k.shape[1:]).sum(1))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order
-from profiler_kit.workloads.triton_launch import capability, launch
+from profiler_kit.workloads.triton_launch import capability, launch_keyed
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
@@ -327,9 +327,17 @@ def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEA
     Inputs as ``flash_triton.forward_kernels`` has them: contiguous ``(batch*heads, seq, d)`` q and
     ``(batch*kv_heads, seq, d)`` k, v.
     """
-    grid, args, consts, opts = launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group)
-    names = _flash_gluon_fwd_kernel.arg_names[len(args) :]
-    launch(_flash_gluon_fwd_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
+
+    def build():
+        grid, args, consts, opts = launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group)
+        names = _flash_gluon_fwd_kernel.arg_names[len(args) :]
+        return grid, args, dict(zip(names, consts, strict=True)) | opts
+
+    # every input of the launch: the same key is the same launch (inputs are contiguous)
+    key = (_flash_gluon_fwd_kernel, q.device.index, q.dtype, tuple(q.shape), k.shape[0], sm_scale, is_causal,
+           config if isinstance(config, str) else tuple(config), head_group,
+           *(t.data_ptr() for t in (q, k, v, o, lse)))  # fmt: skip
+    launch_keyed(key, _flash_gluon_fwd_kernel, build)
 
 
 def compile_sm90(config=DEFAULT, n: int = 4096, d: int = 128, is_causal: bool = True, dtype=torch.bfloat16):

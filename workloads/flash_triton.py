@@ -76,7 +76,7 @@ import os
 import torch
 import triton
 import triton.language as tl
-from profiler_kit.workloads.triton_launch import INTERPRET, capability, desc_hook, launch
+from profiler_kit.workloads.triton_launch import INTERPRET, capability, desc_hook, launch, launch_keyed
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
@@ -753,12 +753,13 @@ def backward_kernels(
     dq = torch.empty(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
-    launch(
-        _flash_bwd_delta_kernel,
-        (triton.cdiv(n, block), bh),
-        (o, do, do_c, dq, delta, n, *do.stride()),
-        {"HEAD_DIM": d, "BLOCK": block, "COPY_DO": do_c is not do, "ZERO_DQ": bool(mode_id)},
-    )
+    consts = {"HEAD_DIM": d, "BLOCK": block, "COPY_DO": do_c is not do, "ZERO_DQ": bool(mode_id)}
+    key = (_flash_bwd_delta_kernel, q.device.index, o.dtype, do.dtype, dq.dtype, bh, n, *do.stride(), *consts.values(),
+           *(t.data_ptr() for t in (o, do, do_c, dq, delta)))  # fmt: skip
+    launch_keyed(
+        key, _flash_bwd_delta_kernel,
+        lambda: ((triton.cdiv(n, block), bh), (o, do, do_c, dq, delta, n, *do.stride()), consts),
+    )  # fmt: skip
     do = do_c
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     scale = 1.0 / math.sqrt(d)
