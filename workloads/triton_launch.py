@@ -131,7 +131,7 @@ def _direct(compiled):
 
     def call(dims, values, flat_values=None):
         stream = drv.get_current_stream(drv.get_current_device())
-        raw(*dims, stream, *head, None, None, None, *(flat_values or flat(values)))  # no metadata, no hooks
+        raw(*dims, stream, *head, None, None, None, *(flat(values) if flat_values is None else flat_values))
 
     call.flat = flat
     return call
