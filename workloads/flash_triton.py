@@ -658,29 +658,21 @@ def forward_kernels(
         return o, lse
     if tma is None:
         tma = FWD_TMA and _hopper(q) and q.dtype != torch.float32
+    k_desc, v_desc = k, v
+    if tma:  # block shape set per config by desc_hook (or here for a fixed config)
+        bn = config[1] if config else 16
+        k_desc = TensorDescriptor(k, [k.shape[0] * n, d], [d, 1], [bn, d])
+        v_desc = TensorDescriptor(v, [v.shape[0] * n, d], [d, 1], [bn, d])
+
     if head_group is None:
         head_group = FWD_HEAD_GROUP
 
     def grid(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]) * bh,)
 
+    args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
     consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // k.shape[0]}
-
-    def build():
-        k_desc, v_desc = k, v
-        if tma:  # block shape set per config by desc_hook (or here for a fixed config)
-            bn = config[1] if config else 16
-            k_desc = TensorDescriptor(k, [k.shape[0] * n, d], [d, 1], [bn, d])
-            v_desc = TensorDescriptor(v, [v.shape[0] * n, d], [d, 1], [bn, d])
-        return grid, (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n), consts
-
-    if config is not None:
-        launch(_flash_fwd_kernel, *build(), config)
-        return o, lse
-    # every input of the launch: the same key is the same launch (inputs are contiguous)
-    key = (_flash_fwd_kernel, q.device.index, q.dtype, k.dtype, bh, k.shape[0], n, *consts.values(),
-           *(t.data_ptr() for t in (q, k, v, o, lse)))  # fmt: skip
-    launch_keyed(key, _flash_fwd_kernel, build)
+    launch(_flash_fwd_kernel, grid, args, consts, config)
     return o, lse
 
 
