@@ -30,14 +30,15 @@ Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper on
 ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
 
 At 1x16 heads, d 128, bf16 on an H100 (``benchmarks/attention_gluon_screen.py --kinds bwd``, the backward's
-kernels alone, ms, SDPA in the same process, 2026-11-28): ``d128`` causal 4096 / 16384 / 65536 0.445 / 5.03-5.17 /
-81.1 against SDPA's 0.443 / 5.10-5.14 / 82.0, not causal 0.675 / 10.36-10.58 / 155.9 against 0.673 / 9.86-10.04 /
-154.5: 0.93-1.01x SDPA's speed (530-565 TFLOP/s from 16384 on). L and D came from global memory in each consumer
-before (0.82-0.91x, 470-490 TFLOP/s): ncu (causal 16384) put a third of the consumers' stall samples on those loads,
-which L2 served late under the dQ reductions (L2 71% busy), and on ~236 bytes of spilled address registers
-reloaded every tile (84 left). ``d128_dvl`` 0.96-1.02x and ``d128_dkh`` 0.95-1.03x (ahead only at causal 65536);
-two dQ staging tiles (``d128_dq2``) and a 3-stage ring (``d128_s3``) were within 0.03x before. Not kept (commit
-b20efc7): dK issued after dQ, as FA3 issues it (0.90-0.99x), and ``d128_dvl`` with two staging tiles (0.90-1.01x).
+kernels alone, ms, SDPA in the same process, two calls, 2026-11-28): ``d128`` causal 4096 / 16384 / 65536 0.445 /
+4.95-5.17 / 80.8-81.1 against SDPA's 0.443 / 5.10-5.23 / 81.0-82.0, not causal 0.675-0.685 / 10.36-10.68 /
+155.9-158.5 against 0.673-0.678 / 9.86-10.05 / 154.5-158.8: 0.93-1.06x SDPA's speed (515-565 TFLOP/s from 16384
+on; results/attention/screen_bwd128_final.jsonl, screen_bwd128_ld_smem.jsonl). L and D came from global memory
+in each consumer before (0.82-0.91x, 470-490 TFLOP/s): ncu (causal 16384) put a third of the consumers' stall
+samples on those loads, which L2 served late under the dQ reductions (L2 71% busy), and on ~236 bytes of spilled
+address registers reloaded every tile (84 left). ``d128_dvl`` 0.96-1.02x and ``d128_dkh`` 0.95-1.03x (ahead only
+at causal 65536); two dQ staging tiles (``d128_dq2``) and a 3-stage ring (``d128_s3``) were within 0.03x before. Not kept (commit
+0f0b728): dK issued after dQ, as FA3 issues it (0.90-0.99x), and ``d128_dvl`` with two staging tiles (0.90-1.01x).
 Not kept (commit bc5faac): each consumer's dQ over its own 64 keys and every column, no dS^T exchange, so
 the consumers need not wait for each other: 0.71-0.76x (twice the dQ reduce traffic into a busy L2). Not kept
 (commit 70105f5): each tile's dQ product one tile later: 0.76-0.87x, with ~500 bytes of spilled scalars. Not kept

@@ -43,8 +43,8 @@ pays nothing).
   there); the d 128 one takes them where ``BWD_GLUON128_GQA`` is on (the default).
 - At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``: a load warp and two consumer warpgroups
   in FlashAttention-3's ping-pong) and the backward's dK/dV/dQ kernel ``flash_gluon_bwd128`` (``BWD_GLUON128``):
-  1.02x and 0.89x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.76x (issue 26, H100, seq
-  4096-65536, causal and not; benchmarks/README.md).
+  about 1.02x and 0.93-1.06x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.75x (issue 26,
+  H100, seq 4096-65536, causal and not; benchmarks/README.md).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -55,8 +55,10 @@ tensor cores (Triton's default), like torch matmuls with TF32 allowed: about
 Short sequences are bound by the host, not the GPU: on Triton 3.6 ``triton_launch.launch`` calls a key's
 compiled kernel directly after its first launch, skipping Triton's per-call Python (run 11: forward +
 backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40), and its C launcher with TMA
-descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); a d 128
-causal layer at 4096 stays host-bound (0.74-0.93 ms of Python and autograd per call against 0.64 ms of kernels).
+descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); the Gluon
+kernels and the backward's D kernel replay a launch's encoded arguments where its key repeats
+(``triton_launch.launch_keyed``, 2026-11-28: a d 128 causal layer at 4096, forward + sum + backward, 855 -> 685 us
+a call against 585 us of kernels and SDPA's 716).
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton). Eager
@@ -164,10 +166,10 @@ BWD_OPTS_MAX_D = 64  # larger head dims keep the plain structure (with BWD_OPTS 
 BWD_MODES = {"two_kernel": 0, "atomic": 1, "tma": 2, "gluon_ws": 2}  # gluon_ws: flash_gluon_ws, tma's dQ buffer
 GLUON_WS_TRITON = "3.6."  # the Triton release flash_gluon_ws was written and measured with
 # flash_gluon_bwd128 config for the "gluon_ws" backward at head dim 128 (None: the ``tma`` kernel there):
-# 0.89x SDPA's speed where the ``tma`` kernel ran at 0.76x (same screen)
+# 0.93-1.06x SDPA's speed where the ``tma`` kernel ran at 0.74-0.78x (same screens, 2026-11-28)
 BWD_GLUON128: str | None = "d128"
 # flash_gluon_bwd128 with grouped-query heads (GPU test: tests/test_flash_gluon_bwd128.py::
-# test_grouped_query_heads_match_fp32_attention); off, GQA at d 128 takes the ``tma`` kernel
+# test_grouped_query_heads_match_fp32_attention passed on the H100); off, GQA at d 128 takes the ``tma`` kernel
 BWD_GLUON128_GQA = True
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
@@ -754,8 +756,8 @@ def backward_kernels(
     delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
     consts = {"HEAD_DIM": d, "BLOCK": block, "COPY_DO": do_c is not do, "ZERO_DQ": bool(mode_id)}
-    key = (_flash_bwd_delta_kernel, q.device.index, o.dtype, do.dtype, dq.dtype, bh, n, *do.stride(), *consts.values(),
-           *(t.data_ptr() for t in (o, do, do_c, dq, delta)))  # fmt: skip
+    key = (_flash_bwd_delta_kernel, q.device.index, o.dtype, do.dtype, dq.dtype, bh, n, *do.stride(),
+           *consts.values(), *(t.data_ptr() for t in (o, do, do_c, dq, delta)))  # fmt: skip
     launch_keyed(
         key, _flash_bwd_delta_kernel,
         lambda: ((triton.cdiv(n, block), bh), (o, do, do_c, dq, delta, n, *do.stride()), consts),
