@@ -360,10 +360,11 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
         names = _flash_bwd128_kernel.arg_names[len(args) :]
         return grid, args, dict(zip(names, consts, strict=True)) | opts
 
-    # every input of the launch: the same key is the same launch (inputs are contiguous)
+    # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
     key = (_flash_bwd128_kernel, q.device.index, q.dtype, tuple(q.shape), k.shape[0], sm_scale, is_causal,
            config if isinstance(config, str) else tuple(config), head_group, split,
-           *(t.data_ptr() for t in (q, k, v, do, dq, lse, delta, dk, dv)))  # fmt: skip
+           *(t.data_ptr() for t in (q, k, v, do, dq, lse, delta, dk, dv)),
+           *(t.stride() for t in (q, k, v, do)))  # fmt: skip
     launch_keyed(key, _flash_bwd128_kernel, build)
     if split:
         dk_out.copy_(dk.view(k.shape[0], -1, *k.shape[1:]).sum(1))  # fp32 sums, cast once

@@ -333,10 +333,10 @@ def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEA
         names = _flash_gluon_fwd_kernel.arg_names[len(args) :]
         return grid, args, dict(zip(names, consts, strict=True)) | opts
 
-    # every input of the launch: the same key is the same launch (inputs are contiguous)
+    # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
     key = (_flash_gluon_fwd_kernel, q.device.index, q.dtype, tuple(q.shape), k.shape[0], sm_scale, is_causal,
            config if isinstance(config, str) else tuple(config), head_group,
-           *(t.data_ptr() for t in (q, k, v, o, lse)))  # fmt: skip
+           *(t.data_ptr() for t in (q, k, v, o, lse)), *(t.stride() for t in (q, k, v)))  # fmt: skip
     launch_keyed(key, _flash_gluon_fwd_kernel, build)
 
 
