@@ -90,3 +90,25 @@ def test_elsewhere_nothing_is_called(monkeypatch):
     monkeypatch.setattr(ctypes, "CDLL", no_library)
     heap.keep_freed_memory(1 << 30, heap.LARGEST_HEAP_BLOCK)
     heap.share_one_arena()
+
+
+def test_release_beside_drops_the_objects_on_another_thread():
+    """The last references go on a thread of its own: what their release costs (unmapping a trace's shared
+    columns) is not this thread's."""
+    import threading
+
+    from profiler_kit.analyze import heap
+
+    released_on = []
+
+    class Held:
+        def __del__(self):
+            released_on.append(threading.current_thread())
+
+    objects = [Held(), Held()]
+    heap.release_beside(objects)
+    for thread in threading.enumerate():
+        if thread.name == "profiler-kit-release":
+            thread.join()
+    assert objects == []
+    assert len(released_on) == 2 and threading.main_thread() not in released_on
