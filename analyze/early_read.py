@@ -28,28 +28,35 @@ import os
 import signal
 import sys
 import threading
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from profiler_kit.analyze.heap import LARGEST_HEAP_BLOCK, keep_freed_memory
 from profiler_kit.analyze.nsys_schema import IntegerRead, fetch_integers, fetch_sql, output_columns, page_columns
+
+if TYPE_CHECKING:
+    from profiler_kit.analyze.early_memory import PagesAhead
 
 ALIGN = mmap.ALLOCATIONGRANULARITY  # each column is mapped on its own, from an offset that is a multiple of this
 KEPT_HEAP_BYTES = 64 << 20  # well above the few MiB of scratch arrays one step of the page reader takes
 
 
-def start(reads: list[IntegerRead]) -> dict[IntegerRead, EarlyRead]:
+def start(reads: list[IntegerRead], pages: PagesAhead | None = None) -> dict[IntegerRead, EarlyRead]:
     """Fork a child that reads ``reads`` (whole tables, ``root`` set) from the pages; a handle per read.
 
     Empty when nothing was started: not Linux, other threads running, or the fork failed.
     numpy (with the page reader, which ``nsys_schema`` imports) is loaded before the fork, so that the
     child starts reading at once (importing it in both processes at once took each twice as long); the
-    report imports it next anyway.
+    report imports it next anyway. ``pages``: the memory file to hand the tables over in, its first pages
+    allocated already (``analyze.early_memory``); taken (and closed here if nothing starts).
     """
+    memory = pages.take() if pages is not None else None
     if not reads or sys.platform != "linux" or not hasattr(os, "memfd_create") or threading.active_count() > 1:
+        if memory is not None:
+            os.close(memory)
         return {}
     opened: list[int] = []
     try:
-        opened.append(os.memfd_create("profiler-kit-early-read", os.MFD_CLOEXEC))
+        opened.append(memory if memory is not None else os.memfd_create("profiler-kit-early-read", os.MFD_CLOEXEC))
         opened.extend(os.pipe())
         pid = os.fork()
     except OSError:
@@ -178,6 +185,7 @@ class Arena:
 
     def __init__(self, fd: int):
         self.fd, self.end = fd, 0
+        self.size = os.fstat(fd).st_size  # pages allocated ahead (analyze.early_memory) are used first
         self.where: dict[int, tuple[int, int]] = {}  # id of an array -> (offset, rows)
 
     def allocate(self, rows: int):
@@ -187,7 +195,9 @@ class Arena:
             return np.empty(0, dtype=np.int64)
         offset = self.end
         self.end += -(-8 * rows // ALIGN) * ALIGN
-        os.ftruncate(self.fd, self.end)
+        if self.end > self.size:  # never shrinks the file: that would drop pages allocated ahead
+            os.ftruncate(self.fd, self.end)
+            self.size = self.end
         values = np.frombuffer(mmap.mmap(self.fd, 8 * rows, offset=offset), dtype=np.int64)
         self.where[id(values)] = (offset, rows)
         return values

@@ -17,13 +17,20 @@ from profiler_kit.analyze.nsys_schema import KERNEL_TABLE, LEAN_READS, Catalog, 
 if TYPE_CHECKING:  # imported where used: a report imports this module before the fork in ``start``
     from concurrent.futures import Future, ThreadPoolExecutor
 
+    from profiler_kit.analyze.early_memory import PagesAhead
+
 
 class Prefetch:
-    """The reads started early, by ``IntegerRead``: futures, or ``early_read.EarlyRead`` (anything with result())."""
+    """The reads started early, by ``IntegerRead``: futures, or ``early_read.EarlyRead`` (anything with result()).
 
-    def __init__(self) -> None:
+    ``pages``: the early read's memory file, its pages being allocated already (``analyze.early_memory``); the
+    first ``start`` takes it (and closes it where it forks no reader).
+    """
+
+    def __init__(self, pages: PagesAhead | None = None) -> None:
         self.started: dict[IntegerRead, Future] = {}
         self.pool: ThreadPoolExecutor | None = None
+        self.pages = pages
 
     def start(self, path: Path) -> None:
         """Start reading an export's kernel, NVTX and runtime tables as a report will, while it imports pandas.
@@ -38,6 +45,7 @@ class Prefetch:
         the reader when it asks for the same read; anything that goes wrong here is left for the reader to find
         and report.
         """
+        pages, self.pages = self.pages, None
         try:
             catalog = Catalog(path)
             try:
@@ -45,11 +53,15 @@ class Prefetch:
             finally:
                 catalog.close()
         except (OSError, InputError):
+            if pages is not None:
+                pages.close()
             return
         if "pandas" not in sys.modules:  # a process with pandas (a test, a notebook) has no imports left to overlap
             from profiler_kit.analyze.early_read import start
 
-            self.started.update(start([read for read in reads if read.root]))
+            self.started.update(start([read for read in reads if read.root], pages))
+        elif pages is not None:
+            pages.close()
         kernels = [read for read in reads if read.table == KERNEL_TABLE and read not in self.started]
         if not kernels or adbc_sqlite() is None:
             return

@@ -484,8 +484,9 @@ def read_memops(exp: Export, raw: dict[str, pd.DataFrame] | None = None) -> pd.D
     return with_columns(renamed, {"pid": pids_of(df["globalPid"].to_numpy())})
 
 
-def _nvtx_text(exp: Export, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each NVTX_EVENTS row's ``text`` as a code into the distinct texts (-1: NULL), rows in rowid order.
+def _nvtx_text(exp: Export) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each NVTX_EVENTS row's ``text`` as a code into the distinct texts (-1: NULL), rows in rowid order; None
+    where the table has no text column.
 
     Through the ADBC driver Arrow dictionary-encodes the column and only the distinct values become
     Python strings (77k rows of 8 texts: 3 ms, where a Python object a row took 15); invalid UTF-8
@@ -493,7 +494,7 @@ def _nvtx_text(exp: Export, rows: int) -> tuple[np.ndarray, np.ndarray]:
     from the pages where they are plain, so this query selects the text alone.
     """
     if "text" not in exp.columns[NVTX_TABLE]:
-        return np.full(rows, -1, dtype=np.int64), np.empty(0, dtype=object)
+        return None
     sql = f'SELECT CAST("text" AS BLOB) AS text FROM {NVTX_TABLE} ORDER BY rowid'
     if adbc_sqlite() is None:
         codes, uniq = pd.factorize(exp.query(sql)["text"].to_numpy(dtype=object), use_na_sentinel=True)
@@ -503,8 +504,6 @@ def _nvtx_text(exp: Export, rows: int) -> tuple[np.ndarray, np.ndarray]:
         except Exception as err:  # the driver raises its own hierarchy; any failure here is the file's
             raise exp.corrupt(err) from None
         codes, uniq = column.indices.fill_null(-1).to_numpy().astype(np.int64), column.dictionary.to_pylist()
-    if len(codes) != rows:  # the two reads saw different rows: the file changed between them
-        raise InputError(f"{exp.path}: {NVTX_TABLE} changed while it was read")
     return codes, np.array([_text(v) for v in uniq], dtype=object)
 
 
@@ -530,14 +529,18 @@ def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray | memoryview) else str(value)
 
 
-def read_nvtx(exp: Export, strings: pd.Series, details: bool = True) -> pd.DataFrame:
+def read_nvtx(exp: Export, strings: pd.Series, details: bool = True, text: Future | None = None) -> pd.DataFrame:
     """NVTX push/pop and start/end ranges, named as nsys names them (text, else textId).
 
     Names are handled as codes into the distinct labels (a few, or a few thousand with emit_nvtx),
     never as a string a row. Without ``details`` the nesting depth is not computed (left -1).
+    ``text``: the text read (``_nvtx_text``) started already, on another thread.
     """
     df = exp.read(exp.nvtx_read())
-    text_codes, texts = _nvtx_text(exp, len(df))
+    read = text.result() if text is not None else _nvtx_text(exp)
+    text_codes, texts = read if read is not None else (np.full(len(df), -1, dtype=np.int64), np.empty(0, dtype=object))
+    if len(text_codes) != len(df):  # the two reads saw different rows: the file changed between them
+        raise InputError(f"{exp.path}: {NVTX_TABLE} changed while it was read")
     return nvtx_ranges(df, text_codes, texts, strings, details)
 
 
@@ -689,7 +692,9 @@ def read_nsys_sqlite(
         meta = read_metadata(exp)
         version = check_schema_version(path, meta)
         strings = _strings(exp)
-        # The big tables are read and decoded on worker threads while NVTX is read here.
+        # The big tables are read and decoded on worker threads while NVTX is read here. Its text column goes
+        # first: the driver's scan of it (~35 ms on 77k ranges) runs beside this thread's reads of the small tables.
+        nvtx_text = exp.soon(_nvtx_text, exp) if exp.has(NVTX_TABLE) and adbc_sqlite() is not None else None
         pending = {}
         if exp.has(KERNEL_TABLE) or exp.has(GRAPH_TRACE_TABLE):  # graph launches traced whole: kernels of a kind
             pending["kernels"] = exp.soon(read_kernels, exp, strings, details)
@@ -698,7 +703,7 @@ def read_nsys_sqlite(
         memop_tables = {t: exp.select_soon(t, spec) for t, spec in MEMOP_TABLES.items() if exp.has(t)}
         trace = Trace(meta=export_meta(path, version, meta))
         optional = {
-            "nvtx": read_nvtx(exp, strings, details) if exp.has(NVTX_TABLE) else None,
+            "nvtx": read_nvtx(exp, strings, details, nvtx_text) if exp.has(NVTX_TABLE) else None,
             "gpus": read_gpus(exp),
             "threads": read_threads(exp, strings),
         }

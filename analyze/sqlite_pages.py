@@ -322,6 +322,8 @@ def _varint(words: _Words, at: np.ndarray) -> tuple[np.ndarray | None, np.ndarra
     if len(at) and first.max() < 0x80:  # all one byte long (as a record's payload size mostly is)
         return first.astype(np.int64), np.ones(len(at), dtype=np.int64)
     word = words.big(at)
+    if len(at) and (same := _same_length_varints(word)) is not None:
+        return same
     stops = ~word & HIGH  # high bit clear: the varint's last byte
     if (stops == 0).any():
         return None, None
@@ -333,6 +335,24 @@ def _varint(words: _Words, at: np.ndarray) -> tuple[np.ndarray | None, np.ndarra
     for k in range(1, int(length.max()) if len(at) else 0):  # seven bits a byte
         value |= ((word >> np.uint64(8 * k)) & np.uint64(0x7F)) << np.uint64(7 * k)
     return value.astype(np.int64), length.astype(np.int64)
+
+
+def _same_length_varints(word: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``_varint`` of the big-endian words ``word`` where every varint is as long as the first one, as the rowids
+    of a step's pages mostly are: seven bits a byte at fixed shifts (half the time of the general path on 20k
+    rowids); None otherwise."""
+    first, length = int(word[0]), 1
+    while length <= 8 and first >> (64 - 8 * length) & 0x80:  # the continuation bit of byte ``length``
+        length += 1
+    if length > 8:  # 9 bytes long: the general path declines it
+        return None
+    continued = sum(0x80 << (64 - 8 * k) for k in range(1, length))  # bytes 1 .. length-1
+    if not ((word & np.uint64(continued | 0x80 << (64 - 8 * length))) == np.uint64(continued)).all():
+        return None
+    value = (word >> np.uint64(64 - 8 * length)) & np.uint64(0x7F)
+    for k in range(1, length):  # byte ``length - k`` from the top holds bits 7k .. 7k+6
+        value |= ((word >> np.uint64(64 - 8 * (length - k))) & np.uint64(0x7F)) << np.uint64(7 * k)
+    return value.astype(np.int64), np.full(len(word), length, dtype=np.int64)
 
 
 def _value_layout(types: np.ndarray, used: int, wanted: list[int]):

@@ -100,13 +100,20 @@ def prefetch_uncached(path: Path, prefetch: Prefetch, cache: bool = True) -> Pre
     Called before the report imports pandas: the reads (in a forked process, or on a thread without the GIL)
     overlap the imports. A cache folder that turns out stale only means no early start.
     """
+    if uncached_export(path, cache):
+        prefetch.start(path)
+    elif prefetch.pages is not None:
+        prefetch.pages.close()
+    return prefetch
+
+
+def uncached_export(path: Path, cache: bool = True) -> bool:
+    """Whether ``prefetch_uncached`` starts reading ``path``: a big nsys export that no cache folder will serve."""
     try:
         big = path.suffix == ".sqlite" and path.stat().st_size >= MIN_EXPORT_BYTES
     except OSError:
-        return prefetch
-    if big and not (cache and cache_dir(path).exists()):
-        prefetch.start(path)
-    return prefetch
+        return False
+    return big and not (cache and cache_dir(path).exists())
 
 
 def read_cached(path: Path, read: Callable[[], Trace], writer: CacheWriter, variant: str = "") -> Trace:

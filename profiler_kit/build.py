@@ -597,6 +597,16 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
 
         done = analyze_windows(src.path, window.rows, window.on_window, window.scratch)
         return TraceResult(label, str(src.path), done.meta | {"windows": done.windows}, done.tables)
+    from profiler_kit.analyze.heap import release_beside
+
+    result, trace_sized = _analyze_whole(src, label, cache, prefetched)
+    release_beside(trace_sized)
+    return result
+
+
+def _analyze_whole(src, label: str, cache=None, prefetched=None) -> tuple[TraceResult, list]:
+    """``analyze_source`` of a trace read whole, and the trace-sized objects it made (the trace, its ops and their
+    analysis), to be released by the caller."""
     from profiler_kit.analyze.arrays import distinct_values
     from profiler_kit.analyze.breakdown import start_analysis
     from profiler_kit.analyze.ranks import summarize_rank_time
@@ -632,7 +642,7 @@ def analyze_source(src, label: str, cache=None, prefetched=None, window=None) ->
     pid = ops["pid"].to_numpy()  # a view of one pid: one process (no copy of ops otherwise)
     if not one_value_view(pid) and len(distinct_values(pid[is_kernel])) > 1:  # several processes launched kernels
         tables["ranks"] = summarize_rank_time(ops[is_kernel])
-    return TraceResult(label, str(src.path), _small_meta(trace.meta), tables)
+    return TraceResult(label, str(src.path), _small_meta(trace.meta), tables), [trace, ops, analysis]
 
 
 def _small_meta(meta: dict) -> dict:

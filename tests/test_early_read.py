@@ -43,9 +43,13 @@ COMPARE = """
 import json, os, signal, sys
 from pathlib import Path
 from profiler_kit.analyze import early_read
+from profiler_kit.analyze import early_memory
 from profiler_kit.analyze.nsys_prefetch import Prefetch
-path, kill = Path(sys.argv[1]), sys.argv[2] == "kill"
-prefetched = Prefetch()
+path, kill, ahead = Path(sys.argv[1]), sys.argv[2] == "kill", sys.argv[3] if len(sys.argv) > 3 else "none"
+if ahead == "part":  # a first page allocated ahead, the rest as the child needs it
+    early_memory.STEP = 1 << 16
+pages = None if ahead == "none" else early_memory.PagesAhead(1 if ahead == "part" else 64 << 20)
+prefetched = Prefetch(pages)
 prefetched.start(path)
 early = {r.table: h for r, h in prefetched.started.items() if isinstance(h, early_read.EarlyRead)}
 children = {h.child for h in early.values()}
@@ -97,10 +101,12 @@ def _shm() -> set[str]:
     return {n for n in names if not n.startswith(NSYS_SHM)}
 
 
+@pytest.mark.parametrize("ahead", ["none", "part", "more"])
 @pytest.mark.parametrize("path", [pytest.param(CPU_FIXTURE, id="cpu_nvtx"), *SHARED])
-def test_early_read_gives_the_tables_of_the_normal_read(path):
+def test_early_read_gives_the_tables_of_the_normal_read(path, ahead):
+    """Also when the memory file's first pages, or more than it needs, were allocated ahead (analyze.early_memory)."""
     before = _shm()
-    out = _python(COMPARE, str(path), "keep")
+    out = _python(COMPARE, str(path), "keep", ahead)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     expected = sorted({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"} & _tables(path))

@@ -204,3 +204,34 @@ def test_real_exports_integer_tables_match_sqlite():
                     np.testing.assert_array_equal(got[c], want[c], err_msg=f"{path.name} {table}.{c}")
                 taken += 1
     assert taken >= (10 if len(REAL) >= 5 else 5)  # ../shared/data's five exports, or the two shipped
+
+
+def _varint_bytes(value: int) -> bytes:
+    """SQLite's varint of ``value`` (below 2**56, so at most 8 bytes): 7 bits a byte, the first byte highest."""
+    groups = [value & 0x7F]
+    while value := value >> 7:
+        groups.append(value & 0x7F)
+    return bytes([g | 0x80 for g in reversed(groups[1:])] + [groups[0]])
+
+
+@pytest.mark.parametrize("lengths", ["same", "mixed"])
+def test_varints_of_one_length_and_of_many(lengths):
+    """``_varint`` takes a run of equally long varints (a step's rowids) by fixed shifts, others byte by byte: both
+    give each value and length, checked against an encoder written from the file format's definition."""
+    from profiler_kit.analyze.sqlite_pages import _varint, _Words
+
+    rng = random.Random(7)
+    for length in range(1, 9):
+        low, high = (0 if length == 1 else 1 << 7 * (length - 1)), (1 << 7 * length) - 1
+        values = [rng.randint(low, high) for _ in range(40)]
+        if lengths == "mixed":
+            values[rng.randrange(40)] = rng.randint(0, (1 << 56) - 1) >> rng.randrange(56)
+        encoded = [_varint_bytes(v) for v in values]
+        filler = [bytes(rng.randrange(256) for _ in range(rng.randrange(4))) for _ in encoded]
+        data = b"".join(e + f for e, f in zip(encoded, filler, strict=True))
+        at = np.cumsum([0] + [len(e) + len(f) for e, f in zip(encoded, filler, strict=True)][:-1])
+        got, got_lengths = _varint(_Words(np.frombuffer(data, dtype=np.uint8)), at)
+        assert got.tolist() == values
+        assert got_lengths.tolist() == [len(e) for e in encoded]
+    nine_bytes = np.frombuffer(b"\xff" * 8 + b"\x01" + b"\x00" * 8, dtype=np.uint8)
+    assert _varint(_Words(nine_bytes), np.array([0])) == (None, None)
