@@ -15,6 +15,13 @@ of tile j - 1 are issued together, and tile j's softmax runs while P V does (a s
 registers). ``PINGPONG`` adds FA3's ping-pong: a warpgroup issues its two products only in its turn and then
 hands the turn to the other (``turn`` mbarriers), so one's softmax overlaps the other's products.
 
+``*_persist`` configs (not yet timed, issue 26, fourth session) launch one program an SM (``PERSISTENT``), each
+walking the (head, 128-row tile) work items ``program_id + k programs`` in the launch order above, its K/V ring,
+its Q tile (freed by both consumers through ``q_free`` after their last S product) and the ping-pong turns carried
+from item to item, so the load warp brings the next item's Q and K/V while the consumers finish this one's last
+P V and store O (FA3's persistent forward; at not causal 4096 the one-program-an-item grid is 3.9 waves on 132
+SMs with every item's prologue and epilogue exposed). The items are still whole, so a partial last round stays.
+
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
 
