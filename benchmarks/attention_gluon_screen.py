@@ -11,7 +11,8 @@ config beat the Triton kernel)::
 
 ``--probe FILE`` first runs every config once at a small size, each in its own process with a time limit (in
 parallel: this also compiles them into Triton's cache), against fp32 math attention, and writes which passed;
-``--probed FILE`` screens only those, so a config that hangs or fails costs its limit, not the screen.
+``--probed FILE`` screens only those (a persistent forward's probe runs 3 programs, each over several work
+items), so a config that hangs or fails costs its limit, not the screen.
 ``--configs`` limits both to the configs named, ``--kinds`` to the forward or the backward; ``--kv-heads`` gives K/V
 fewer heads (SDPA with ``enable_gqa``), ``--bwd-head-groups`` times the backward with each launch order (heads
 started in groups of this many, longest programs of a group first; 0 the module's ``HEAD_GROUP``; rows
@@ -53,6 +54,7 @@ def probe(kind: str, name: str, causal: bool) -> float:
     o_ref = torch.softmax(s, -1) @ ref[2]
     if kind == "fwd":
         o, lse = torch.empty_like(q), torch.empty(heads, n, device="cuda", dtype=torch.float32)
+        flash_gluon_fwd.PERSISTENT_PROGRAMS = 3  # a persistent config's programs walk several items each
         flash_gluon_fwd.forward(q, k, v, o, lse, d**-0.5, causal, name)
         return max(_rel(o, o_ref), (lse - lse_ref).abs().max().item())
     o_ref.backward(do.float())

@@ -21,21 +21,24 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
 @pytest.mark.parametrize(
-    ("config", "kv_heads", "split"),
+    ("config", "kv_heads", "split", "dtype"),
     [
-        ("d128", 0, False),
-        ("d128_dq2", 0, False),
-        ("d128_s3", 0, False),
-        ("d128_dvl", 0, False),
-        ("d128_dkh", 0, False),
-        ("d128", 2, False),
-        ("d128", 2, True),
+        ("d128", 0, False, "bfloat16"),
+        ("d128", 0, False, "float16"),  # the fp16 layer: the same config, registers and spills as bf16
+        ("d128_dq2", 0, False, "bfloat16"),
+        ("d128_s3", 0, False, "bfloat16"),
+        ("d128_dvl", 0, False, "bfloat16"),
+        ("d128_dkh", 0, False, "bfloat16"),
+        ("d128", 2, False, "bfloat16"),
+        ("d128", 2, True, "bfloat16"),
     ],  # fmt: skip
 )
-def test_compiles_for_sm90(tmp_path, config, kv_heads, split):
+def test_compiles_for_sm90(tmp_path, config, kv_heads, split, dtype):
+    import torch
     from profiler_kit.workloads import flash_gluon_bwd128 as g
 
-    compiled = g.compile_sm90(config, n=1024, is_causal=False, heads=4, kv_heads=kv_heads, split=split)
+    dt = getattr(torch, dtype)
+    compiled = g.compile_sm90(config, n=1024, is_causal=False, dtype=dt, heads=4, kv_heads=kv_heads, split=split)
     ptx = compiled.asm["ptx"]
     regs = {int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
     assert 24 in regs and 240 in regs, regs  # the load warp gives registers to the consumers
@@ -43,6 +46,12 @@ def test_compiles_for_sm90(tmp_path, config, kv_heads, split):
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ added by TMA reduce
     spills, log = ptxas_spills(ptx, tmp_path)
     assert spills and max(spills) <= 160, log  # scalars (addresses), not accumulators
+    if dt != torch.bfloat16:
+        bf16 = g.compile_sm90(config, n=1024, is_causal=False, heads=4, kv_heads=kv_heads, split=split)
+        bf16_spills, bf16_log = ptxas_spills(bf16.asm["ptx"], tmp_path)
+        assert (spills, compiled.metadata.shared) == (bf16_spills, bf16.metadata.shared)
+        used = re.compile(r"Used (\d+) registers")
+        assert used.findall(log) == used.findall(bf16_log), (log, bf16_log)
 
 
 @pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")

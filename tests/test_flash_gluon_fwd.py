@@ -19,17 +19,66 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
-@pytest.mark.parametrize("config", ["n128", "n128_pingpong", "n128_s3_pingpong"])
-def test_compiles_for_sm90_without_spills(tmp_path, config):
+@pytest.mark.parametrize(
+    ("config", "causal"),
+    [("n128", True), ("n128_pingpong", True), ("n128_s3_pingpong", True), ("n128_pingpong_persist", True),
+     ("n128_pingpong_persist", False), ("n128_s3_pingpong_persist", True), ("n128_fa3_persist", False)],
+)  # fmt: skip
+def test_compiles_for_sm90_without_spills(tmp_path, config, causal):
     from profiler_kit.workloads import flash_gluon_fwd as g
 
-    compiled = g.compile_sm90(config, n=1024, d=128, is_causal=True)
+    compiled = g.compile_sm90(config, n=1024, d=128, is_causal=causal)
     ptx = compiled.asm["ptx"]
     regs = {int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
     assert 24 in regs and 240 in regs, regs  # the load warp gives registers to the consumers
     assert compiled.metadata.shared < 227 * 1024, compiled.metadata.shared
     spills, log = ptxas_spills(ptx, tmp_path)
     assert spills and max(spills) == 0, log
+
+
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+def test_persistent_grid_is_one_program_an_sm_at_most():
+    """A persistent config launches min(work items, SMs) programs (each walks items ``pid + k programs``), the
+    others one program per 128 query rows of a head."""
+    import torch
+    from profiler_kit.workloads import flash_gluon_fwd as g
+
+    for heads, n, want in ((4, 1024, 32), (16, 4096, g.SMS_OFFLINE)):
+        q = torch.empty(heads, n, 128, dtype=torch.bfloat16)
+        lse = torch.empty(heads, n, dtype=torch.float32)
+        grid, args, consts, _ = g.launch_args(q, q, q, q, lse, 0.1, False, "n128_pingpong_persist")
+        assert grid == (want,) and args[-1] == heads and consts[-1] is True
+        grid, _, consts, _ = g.launch_args(q, q, q, q, lse, 0.1, False, "n128_pingpong")
+        assert grid == (n // 128 * heads,) and consts[-1] is False
+    g.PERSISTENT_PROGRAMS, kept = 5, g.PERSISTENT_PROGRAMS
+    try:
+        assert g.launch_args(q, q, q, q, lse, 0.1, True, "n128_pingpong_persist")[0] == (5,)
+    finally:
+        g.PERSISTENT_PROGRAMS = kept
+
+
+@pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
+@pytest.mark.parametrize(("causal", "kv_heads", "programs"), [(True, 4, 5), (False, 2, 7), (True, 8, 3)])
+def test_persistent_programs_walk_every_item(causal, kv_heads, programs, monkeypatch):
+    """With fewer programs than work items (uneven causal items, grouped-query heads), each program walks several
+    items through one K/V ring, Q tile and ping-pong turns: O and L those of the one-program-an-item kernel (the same
+    products in the same order, up to the compiler's instruction choices)."""
+    import torch
+    from profiler_kit.workloads import flash_gluon_fwd as g
+
+    heads, n, d = 8, 1024, 128
+    gen = torch.Generator(device="cuda").manual_seed(programs)
+    q = torch.randn(heads, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(kv_heads, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    want_o, want_l = torch.empty_like(q), torch.empty(heads, n, device="cuda", dtype=torch.float32)
+    g.forward(q, k, v, want_o, want_l, d**-0.5, causal, "n128_pingpong")
+    monkeypatch.setattr(g, "PERSISTENT_PROGRAMS", programs)
+    for config in [c for c, x in g.CONFIGS.items() if len(x) > 6 and x[6]]:
+        o, lse = torch.full_like(q, float("nan")), torch.full_like(want_l, float("nan"))
+        g.forward(q, k, v, o, lse, d**-0.5, causal, config)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(o, want_o, atol=2e-3, rtol=0, msg=lambda m, c=config: f"{c}: {m}")
+        torch.testing.assert_close(lse, want_l, atol=1e-4, rtol=0, msg=lambda m, c=config: f"{c}: {m}")
 
 
 @pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")

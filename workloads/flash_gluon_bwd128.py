@@ -45,6 +45,10 @@ the consumers need not wait for each other: 0.71-0.76x (twice the dQ reduce traf
 (commit a0fafb2, ``d128_late``): each tile's dQ staged into shared memory by the next tile after it issues S^T:
 0.84-0.87x against 0.90x then, ~270 bytes of spills; nothing may stay in flight across iterations (C7514), and
 240 registers hold no more.
+Read from the sm_90 PTX (fourth session, no GPU): the dQ staging tile is already NVMMA 128-byte swizzled (two
+[64, 32] fp32 boxes), written by ``st.shared.v2.b32`` whose 256 bytes a warp spread over all 32 banks twice (2
+wavefronts, the least for 256 bytes), so a swizzle has nothing to remove there; Gluon 3.6's TMA loads take no
+multicast (no 2-CTA cluster for Q / dO).
 """
 
 from __future__ import annotations

@@ -15,6 +15,13 @@ of tile j - 1 are issued together, and tile j's softmax runs while P V does (a s
 registers). ``PINGPONG`` adds FA3's ping-pong: a warpgroup issues its two products only in its turn and then
 hands the turn to the other (``turn`` mbarriers), so one's softmax overlaps the other's products.
 
+``*_persist`` configs (not yet timed, issue 26, fourth session) launch one program an SM (``PERSISTENT``), each
+walking the (head, 128-row tile) work items ``program_id + k programs`` in the launch order above, its K/V ring,
+its Q tile (freed by both consumers through ``q_free`` after their last S product) and the ping-pong turns carried
+from item to item, so the load warp brings the next item's Q and K/V while the consumers finish this one's last
+P V and store O (FA3's persistent forward; at not causal 4096 the one-program-an-item grid is 3.9 waves on 132
+SMs with every item's prologue and epilogue exposed). The items are still whole, so a partial last round stays.
+
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
 
@@ -33,7 +40,7 @@ from __future__ import annotations
 import torch
 from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order
-from profiler_kit.workloads.triton_launch import capability, launch_keyed
+from profiler_kit.workloads.triton_launch import capability, launch_keyed, sm_count
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
@@ -53,7 +60,14 @@ CONFIGS = {
     "n128_pingpong": (128, 2, 168, 240, 24, PINGPONG),
     "n128_s3_pingpong": (128, 3, 168, 240, 24, PINGPONG),
     "n64_pingpong": (64, 4, 168, 240, 24, PINGPONG),
+    # a persistent grid (7th field): one program an SM walking the work items, the next item's loads overlapping
+    # this one's last products and stores, and no partial last wave of programs
+    "n128_pingpong_persist": (128, 2, 168, 240, 24, PINGPONG, True),
+    "n128_s3_pingpong_persist": (128, 3, 168, 240, 24, PINGPONG, True),
+    "n128_fa3_persist": (128, 2, 168, 240, 24, FA3, True),
 }
+SMS_OFFLINE = 132  # an H100 SXM's SMs: the persistent grid of a compile without a GPU
+PERSISTENT_PROGRAMS: int | None = None  # the persistent grid's size at most (None: the GPU's SMs)
 DEFAULT = "n128_pingpong"
 HEAD_GROUP = 2  # launch order: heads in groups of this many, longest tiles of a group first
 
@@ -63,12 +77,20 @@ def _load_partition(a, STAGES: gl.constexpr):
     """One warp: the Q tile once, then K and V tiles into the ring as the consumers free its stages."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
-    BN: gl.constexpr = k_desc.block_type.shape[0]
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0 + start_m, 0], q_bar, q_smem)
+    _load_kv(a, 0, STAGES)
+
+
+@gluon.jit
+def _load_kv(a, it, STAGES: gl.constexpr):
+    """K and V tiles of one work item into the ring; ``it``: the key tiles the program has loaded before it."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
     for j in range(num_n):  # K of stage s behind barriers s, V behind STAGES + s: each freed when read
-        s = j % STAGES
-        phase = ((j // STAGES) & 1) ^ 1  # fresh barriers pass phase 1 at once
+        s = (it + j) % STAGES
+        phase = (((it + j) // STAGES) & 1) ^ 1  # fresh barriers pass phase 1 at once
         mbarrier.wait(empty.index(s), phase)
         mbarrier.expect(ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BN, 0], ready.index(s), k_smem.index(s))
@@ -78,7 +100,7 @@ def _load_partition(a, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr):
+def _softmax_pv(j, s_t, acc, l_i, m_i, a, it, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr):
     """Online softmax of the scores ``s_t`` of key tile ``j``, then O += P V (waited for), the stage released."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
@@ -98,8 +120,8 @@ def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, S
     alpha = gl.exp2(m_i - m_ij)
     l_i = l_i * alpha + gl.sum(p, 1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    stage = j % STAGES
-    mbarrier.wait(ready.index(STAGES + stage), (j // STAGES) & 1)
+    stage = (it + j) % STAGES
+    mbarrier.wait(ready.index(STAGES + stage), ((it + j) // STAGES) & 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_smem.index(stage), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(empty.index(stage), count=1)
@@ -108,13 +130,13 @@ def _softmax_pv(j, s_t, acc, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr, S
 
 
 @gluon.jit
-def _scores(j, q_c, a, STAGES: gl.constexpr):
+def _scores(j, q_c, a, it, STAGES: gl.constexpr):
     """Issue S = Q K^T for key tile ``j`` (asynchronous) once its stage has landed."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    stage = j % STAGES
-    mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+    stage = (it + j) % STAGES
+    mbarrier.wait(ready.index(stage), ((it + j) // STAGES) & 1)
     zero = gl.zeros([ROWS, BN], gl.float32, acc_layout(BN))
     return warpgroup_mma(q_c, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
 
@@ -145,7 +167,7 @@ def _softmax(j, s_t, l_i, m_i, a, C: gl.constexpr, MASK: gl.constexpr):
 
 
 @gluon.jit
-def _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr,
+def _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, it, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr,
               PING: gl.constexpr):  # fmt: skip
     """Key tile ``j``: its S product and tile ``j - 1``'s P V product issued together, then tile ``j``'s softmax
     while P V runs (FA3's intra-warpgroup overlap). ``PING``: the two products are issued in this warpgroup's
@@ -153,15 +175,16 @@ def _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C: gl.constexpr, MASK: gl.cons
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    stage = j % STAGES
-    prev = (j + STAGES - 1) % STAGES
-    mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
+    g = it + j  # the program's key tile count: ring stage and phases
+    stage = g % STAGES
+    prev = (g + STAGES - 1) % STAGES
+    mbarrier.wait(ready.index(stage), (g // STAGES) & 1)
     if PING:
-        mbarrier.wait(turn.index(C), j & 1)
+        mbarrier.wait(turn.index(C), g & 1)
     zero = gl.zeros([ROWS, BN], gl.float32, acc_layout(BN))
     s_t = warpgroup_mma(q_c, k_smem.index(stage).permute((1, 0)), zero, use_acc=False, is_async=True)
     acc = acc * alpha[:, None]
-    mbarrier.wait(ready.index(STAGES + prev), ((j - 1) // STAGES) & 1)
+    mbarrier.wait(ready.index(STAGES + prev), ((g - 1) // STAGES) & 1)
     acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
     if PING:
         mbarrier.arrive(turn.index(1 - C), count=1)
@@ -174,37 +197,40 @@ def _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C: gl.constexpr, MASK: gl.cons
 
 
 @gluon.jit
-def _fa3_loop(acc, l_i, m_i, q_c, num_full, a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-              PING: gl.constexpr):  # fmt: skip
+def _fa3_loop(acc, l_i, m_i, q_c, num_full, a, it, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+              PING: gl.constexpr, FIRST: gl.constexpr):  # fmt: skip
     """Every key tile in FA3's order: S of tile 0 and its softmax, then S of tile j with P V of tile j - 1, then
-    the last P V. Both warpgroups see the same number of tiles, so their turns alternate to the end."""
+    the last P V. Both warpgroups see the same number of tiles, so their turns alternate to the end (of every
+    work item: ``it`` key tiles before this one; ``FIRST``: the program's first item, consumer 0 takes the turn)."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
     if PING:
         if C == 1:
-            mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first
-    mbarrier.wait(ready.index(0), 0)
+            if FIRST:
+                mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first
+    first = it % STAGES
+    mbarrier.wait(ready.index(first), (it // STAGES) & 1)
     if PING:
-        mbarrier.wait(turn.index(C), 0)
+        mbarrier.wait(turn.index(C), it & 1)
     zero = gl.zeros([ROWS, BN], gl.float32, acc_layout(BN))
-    s_t = warpgroup_mma(q_c, k_smem.index(0).permute((1, 0)), zero, use_acc=False, is_async=True)
+    s_t = warpgroup_mma(q_c, k_smem.index(first).permute((1, 0)), zero, use_acc=False, is_async=True)
     if PING:
         mbarrier.arrive(turn.index(1 - C), count=1)
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t,))
-    mbarrier.arrive(empty.index(0), count=1)
+    mbarrier.arrive(empty.index(first), count=1)
     if num_full > 0:
         p, alpha, l_i, m_i = _softmax(0, s_t, l_i, m_i, a, C, False)
     else:
         p, alpha, l_i, m_i = _softmax(0, s_t, l_i, m_i, a, C, True)
     for j in range(1, num_full):
-        acc, p, alpha, l_i, m_i = _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C, False, STAGES, PING)
+        acc, p, alpha, l_i, m_i = _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, it, C, False, STAGES, PING)
     if IS_CAUSAL:
         for j in range(gl.maximum(num_full, 1), num_n):
-            acc, p, alpha, l_i, m_i = _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, C, True, STAGES, PING)
-    last = (num_n - 1) % STAGES
+            acc, p, alpha, l_i, m_i = _fa3_step(j, acc, p, alpha, l_i, m_i, q_c, a, it, C, True, STAGES, PING)
+    last = (it + num_n - 1) % STAGES
     acc = acc * alpha[:, None]
-    mbarrier.wait(ready.index(STAGES + last), ((num_n - 1) // STAGES) & 1)
+    mbarrier.wait(ready.index(STAGES + last), ((it + num_n - 1) // STAGES) & 1)
     acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
     acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
     mbarrier.arrive(empty.index(STAGES + last), count=1)
@@ -216,6 +242,18 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
     """One warpgroup: O and L of query rows ``start_m + 64 C ...`` over every key tile they see."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
+    _consumer_item(a, 0, 0, q_bar, C, IS_CAUSAL, STAGES, SCHEDULE, True, False)
+
+
+@gluon.jit
+def _consumer_item(
+    a, it, q_phase, q_free, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr,
+    FIRST: gl.constexpr, RELEASE_Q: gl.constexpr,
+):  # fmt: skip
+    """One work item of a warpgroup (``it`` key tiles and ``q_phase`` Q tiles of the program before it);
+    ``RELEASE_Q``: arrive on ``q_free`` once its last S product has read Q, so the next item's Q may land."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -225,21 +263,24 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([ROWS], gl.float32, row_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(q_bar, q_phase)
     q_c = q_smem.slice(C * ROWS, ROWS, dim=0)
     # causal: the last BLOCK_M // BN key tiles cross the diagonal of the program's 128 rows
     BM: gl.constexpr = q_desc.block_type.shape[0]
     num_full = num_n - (BM // BN) if IS_CAUSAL else num_n
     if SCHEDULE >= FA3:
-        acc, l_i, m_i = _fa3_loop(acc, l_i, m_i, q_c, num_full, a, C, IS_CAUSAL, STAGES, SCHEDULE == PINGPONG)
+        acc, l_i, m_i = _fa3_loop(acc, l_i, m_i, q_c, num_full, a, it, C, IS_CAUSAL, STAGES, SCHEDULE == PINGPONG,
+                                  FIRST)  # fmt: skip
     else:
         for j in range(num_full):
-            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, STAGES),))
-            acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, False, STAGES)
+            s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, it, STAGES),))
+            acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, it, C, False, STAGES)
         if IS_CAUSAL:
             for j in range(num_full, num_n):
-                s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, STAGES),))
-                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, C, True, STAGES)
+                s_t = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(j, q_c, a, it, STAGES),))
+                acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, it, C, True, STAGES)
+    if RELEASE_Q:  # every S product of the item has been waited for
+        mbarrier.arrive(q_free, count=1)
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     rows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
@@ -250,12 +291,73 @@ def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
 
 
 @gluon.jit
-def _flash_gluon_fwd_kernel(
-    q_desc, k_desc, v_desc, Out, L, sm_scale, N_CTX,
-    IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, SCHEDULE: gl.constexpr,
+def _item(w, s, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    """Work item ``w`` of the persistent grid, in the launch order of one program per item: its first query row,
+    the rows of its query head and K/V head, its key tiles."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free, N_CTX,
+     N_BH) = s  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    num_m = N_CTX // BM
+    pid_m, pid_bh = tile_order(w, num_m, N_BH, HEAD_GROUP)
+    if IS_CAUSAL:
+        pid_m = num_m - 1 - pid_m  # longest rows first
+    start_m = pid_m * BM
+    num_n = (start_m + BM) // BN if IS_CAUSAL else N_CTX // BN
+    return (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, pid_bh * N_CTX,
+            (pid_bh // GQA) * N_CTX, start_m, num_n, turn)  # fmt: skip
+
+
+@gluon.jit
+def _load_persistent(s, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    """The load warp of a persistent program: per work item its Q tile once both consumers are done with the last
+    one (``q_free``), then its K and V tiles on through the same ring."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free, N_CTX,
+     N_BH) = s  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    it = 0
+    i = 0
+    for w in range(gl.program_id(0), N_CTX // BM * N_BH, gl.num_programs(0)):
+        a = _item(w, s, IS_CAUSAL, GQA, HEAD_GROUP)
+        mbarrier.wait(q_free, (i & 1) ^ 1)  # a fresh barrier passes phase 1 at once
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [a[12] + a[14], 0], q_bar, q_smem)
+        _load_kv(a, it, STAGES)
+        it += a[15]
+        i += 1
+
+
+@gluon.jit
+def _consumer_persistent(
+    s, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr, GQA: gl.constexpr,
+    HEAD_GROUP: gl.constexpr,
 ):  # fmt: skip
-    """One program per 128 query rows (two consumer warpgroups of 64); query head ``h`` reads K/V head ``h // GQA``."""
+    """A consumer warpgroup of a persistent program: every work item ``program_id + k num_programs`` in turn, the
+    K/V ring, the Q tile and the ping-pong turns carried on from item to item."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free, N_CTX,
+     N_BH) = s  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    if SCHEDULE == PINGPONG:
+        if C == 1:
+            mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first, once for the program
+    it = 0
+    i = 0
+    for w in range(gl.program_id(0), N_CTX // BM * N_BH, gl.num_programs(0)):
+        a = _item(w, s, IS_CAUSAL, GQA, HEAD_GROUP)
+        _consumer_item(a, it, i & 1, q_free, C, IS_CAUSAL, STAGES, SCHEDULE, False, True)
+        it += a[15]
+        i += 1
+
+
+@gluon.jit
+def _flash_gluon_fwd_kernel(
+    q_desc, k_desc, v_desc, Out, L, sm_scale, N_CTX, N_BH,
+    IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, SCHEDULE: gl.constexpr, PERSISTENT: gl.constexpr,
+):  # fmt: skip
+    """One program per 128 query rows (two consumer warpgroups of 64); query head ``h`` reads K/V head ``h // GQA``.
+    ``PERSISTENT``: as many programs as fit the GPU at once, each walking the ``N_BH`` heads' 128-row work items
+    ``program_id + k num_programs``, so that one item's last products and stores overlap the next item's loads."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -286,6 +388,18 @@ def _flash_gluon_fwd_kernel(
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # both consumers release a K or V stage
 
+    if PERSISTENT:
+        q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_free, count=2)  # both consumers done with the Q tile
+        s = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free,
+             N_CTX, N_BH)  # fmt: skip
+        gl.warp_specialize(
+            [(_consumer_persistent, (s, 0, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
+             (_consumer_persistent, (s, 1, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
+             (_load_persistent, (s, STAGES, IS_CAUSAL, GQA, HEAD_GROUP))],
+            [4, 1], [CONSUMER_REGS, LOAD_REGS],
+        )  # fmt: skip
+        return
     a = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
          start_m, num_n, turn)  # fmt: skip
     gl.warp_specialize(
@@ -311,13 +425,19 @@ def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
-    bn, stages, maxnreg, consumer_regs, load_regs, schedule = CONFIGS[config] if isinstance(config, str) else config
+    bn, stages, maxnreg, consumer_regs, load_regs, schedule, *rest = (
+        CONFIGS[config] if isinstance(config, str) else config
+    )
+    persistent = bool(rest and rest[0])
     bh, n, d = q.shape
     if n % BLOCK_M:
         raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
-    args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), o, lse, sm_scale, n)
-    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule))
+    args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), o, lse, sm_scale, n, bh)
+    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule), persistent)
     grid = (n // BLOCK_M * bh,)
+    if persistent:  # one program an SM (the shared memory of one)
+        sms = sm_count(q.device.index) if q.is_cuda else SMS_OFFLINE
+        grid = (min(grid[0], PERSISTENT_PROGRAMS or sms),)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
 
@@ -335,7 +455,7 @@ def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEA
 
     # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
     key = (_flash_gluon_fwd_kernel, q.device.index, q.dtype, tuple(q.shape), k.shape[0], sm_scale, is_causal,
-           config if isinstance(config, str) else tuple(config), head_group,
+           config if isinstance(config, str) else tuple(config), head_group, PERSISTENT_PROGRAMS,
            *(t.data_ptr() for t in (q, k, v, o, lse)), *(t.stride() for t in (q, k, v)))  # fmt: skip
     launch_keyed(key, _flash_gluon_fwd_kernel, build)
 

@@ -211,3 +211,9 @@ def launch(kernel, grid, args, consts, config=None):
 @functools.cache
 def capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
+
+
+@functools.cache
+def sm_count(device_index: int) -> int:
+    """The GPU's streaming multiprocessors (a persistent grid's size)."""
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
