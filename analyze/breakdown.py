@@ -859,12 +859,12 @@ class Job:
     def __init__(self, pool: Executor, fn: Callable, *args):
         self.fn, self.args = fn, args
         self.future = pool.submit(fn, *args)
-        self.here: tuple | None = None  # (result,) once this thread has run it
+        self.done: tuple | None = None  # (result,) once asked for
 
     def result(self):
-        if self.here is None and self.future.cancel():
-            self.here = (self.fn(*self.args),)
-        return self.here[0] if self.here is not None else self.future.result()
+        if self.done is None:
+            self.done = (taken_back(self.future, self.fn, *self.args),)
+        return self.done[0]
 
 
 def taken_back(queued: Future, fn, *args):
