@@ -54,9 +54,9 @@ from profiler_kit.analyze.windows import (
     _window_trace,
     add_window,
     export_header,
+    first_pass,
     range_frame,
     read_pieces,
-    split,
     tables_of,
 )
 
@@ -379,11 +379,8 @@ def analyze_window_tasks(
     try:
         meta, gpus = export_header(exp, path)
         folder = Path(tempfile.mkdtemp(prefix="profiler-kit-windows-", dir=scratch))
-        texts: dict[str, int] = {}
-        domains: list[pd.DataFrame] = []
-        info = split(exp, folder, window_rows, texts, domains, reach=True)
+        info, nvtx = first_pass(exp, folder, window_rows, reach=True)
         carry = carries(info, folder)
-        nvtx = Nvtx(np.array(list(texts), dtype=object), pd.concat(domains, ignore_index=True) if domains else None)
         with open(folder / "texts.pickle", "wb") as fh:
             pickle.dump(nvtx, fh, protocol=pickle.HIGHEST_PROTOCOL)
         done = {"n": 0}

@@ -244,14 +244,9 @@ def split(
             spill, first_ids, reaches = done.result()
             if spill is not None:
                 out.spills[table] = spill
-            for w, per_pid in first_ids.items():
-                here = out.first_op_id.setdefault(w, {})
-                for pid, cid in per_pid.items():
-                    here[pid] = min(cid, here.get(pid, cid))
-            for w, per_device in reaches.items():
-                here = out.reach.setdefault(w, {})
-                for device, end in per_device.items():
-                    here[device] = max(end, here.get(device, end))
+            _keep(out.first_op_id, _flattened(first_ids), min)
+            if out.reach is not None:
+                _keep(out.reach, _flattened(reaches), max)
     return out
 
 
@@ -274,17 +269,25 @@ def _note_reach(reach: dict, window: np.ndarray, piece: pd.DataFrame) -> None:
     """Per window and device the latest end of an op (an unrecorded end: its start, as the frames take it)."""
     end, start = piece["end"].to_numpy(), piece["start"].to_numpy()
     frame = pd.DataFrame({"w": window, "d": piece["deviceId"].to_numpy(), "end": np.where(end != MISSING, end, start)})
-    for (w, d), e in frame.groupby(["w", "d"])["end"].max().items():
-        here = reach.setdefault(int(w), {})
-        here[int(d)] = max(int(e), here.get(int(d), int(e)))
+    _keep(reach, frame.groupby(["w", "d"])["end"].max().items(), max)
 
 
 def _note_first_ids(first: dict, window: np.ndarray, piece: pd.DataFrame) -> None:
     cid, pid = piece["correlationId"].to_numpy(), piece["globalPid"].to_numpy() >> 24 & 0xFFFFFF
     frame = pd.DataFrame({"w": window, "pid": pid, "cid": cid})[cid >= 0]
-    for (w, p), c in frame.groupby(["w", "pid"])["cid"].min().items():
-        here = first.setdefault(int(w), {})
-        here[int(p)] = min(int(c), here.get(int(p), int(c)))
+    _keep(first, frame.groupby(["w", "pid"])["cid"].min().items(), min)
+
+
+def _keep(into: dict[int, dict[int, int]], found, pick) -> None:
+    """``into[window][key]``: ``pick`` (min or max) of its value and each found ``((window, key), value)``."""
+    for (w, k), v in found:
+        here = into.setdefault(int(w), {})
+        here[int(k)] = pick(int(v), here.get(int(k), int(v)))
+
+
+def _flattened(nested: dict[int, dict[int, int]]):
+    """``((window, key), value)`` of a ``_keep`` dict."""
+    return (((w, k), v) for w, per in nested.items() for k, v in per.items())
 
 
 def _split_nvtx(exp: Export, out: Split, folder: Path, rows: int, texts: dict, domains: list) -> None:
@@ -597,10 +600,8 @@ def analyze_windows(
         meta, gpus = export_header(exp, path)
         strings = _strings(exp)
         with tempfile.TemporaryDirectory(prefix="profiler-kit-windows-", dir=scratch) as folder:
-            texts: dict[str, int] = {}
-            domains: list[pd.DataFrame] = []
-            info = split(exp, Path(folder), window_rows, texts, domains)
-            partials, ranges = _second_pass(exp, info, strings, texts, domains, on_window)
+            info, nvtx = first_pass(exp, Path(folder), window_rows)
+            partials, ranges = _second_pass(exp, info, strings, nvtx, on_window)
         return WindowedResult(meta, tables_of(partials, gpus, info, ranges), info.windows)
     finally:
         exp.close()
@@ -618,11 +619,18 @@ def export_header(exp: Export, path: Path) -> tuple[dict, Trace]:
     return export_meta(path, version, meta_rows), Trace() if gpu_rows is None else Trace(gpus=gpu_rows).validated()
 
 
-def _second_pass(exp: Export, info: Split, strings: pd.Series, texts: dict, domains: list, on_window):
+def first_pass(exp: Export, folder: Path, window_rows: int, reach: bool = False) -> tuple[Split, Nvtx]:
+    """``split`` into ``folder``, and the NVTX texts and domain creations it collected."""
+    texts: dict[str, int] = {}
+    domains: list[pd.DataFrame] = []
+    info = split(exp, folder, window_rows, texts, domains, reach)
+    return info, Nvtx(np.array(list(texts), dtype=object), pd.concat(domains, ignore_index=True) if domains else None)
+
+
+def _second_pass(exp: Export, info: Split, strings: pd.Series, nvtx: Nvtx, on_window):
     """Each window's frames reduced into Partials and RangeWindows; the next window is loaded on a thread meanwhile."""
     partials, ranges = Partials(), RangeWindows(info.nvtx_ranges > 0)
     later = info.later_ids()
-    nvtx = Nvtx(np.array(list(texts), dtype=object), pd.concat(domains, ignore_index=True) if domains else None)
 
     def load(w: int) -> dict[str, pd.DataFrame]:
         return {t: spill.take(w) for t, spill in info.spills.items()}
