@@ -53,13 +53,11 @@ class Prefetch:
             finally:
                 catalog.close()
         except (OSError, InputError):
-            if pages is not None:
-                pages.close()
-            return
-        if "pandas" not in sys.modules:  # a process with pandas (a test, a notebook) has no imports left to overlap
+            reads = []  # left for the reader to report
+        if reads and "pandas" not in sys.modules:  # a process with pandas (a test, a notebook) has no imports left
             from profiler_kit.analyze.early_read import start
 
-            self.started.update(start([read for read in reads if read.root], pages))
+            self.started.update(start([read for read in reads if read.root], pages))  # it takes the pages
         elif pages is not None:
             pages.close()
         kernels = [read for read in reads if read.table == KERNEL_TABLE and read not in self.started]

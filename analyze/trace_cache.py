@@ -102,8 +102,21 @@ def prefetch_uncached(path: Path, prefetch: Prefetch, cache: bool = True) -> Pre
     """
     if uncached_export(path, cache):
         prefetch.start(path)
-    elif prefetch.pages is not None:
-        prefetch.pages.close()
+    return prefetch
+
+
+def prefetch_one(path: Path, cache: bool = True) -> Prefetch:
+    """``prefetch_uncached`` of a report's one input, with the early reader's memory file allocated on a thread
+    (``analyze.early_memory``) while numpy is imported here: called before numpy is."""
+    from profiler_kit.analyze.early_memory import PagesAhead
+
+    wanted = uncached_export(path, cache)
+    pages = PagesAhead.start(path) if wanted else None
+    from profiler_kit.analyze.nsys_prefetch import Prefetch  # imports numpy: the early read forks with it loaded
+
+    prefetch = Prefetch(pages)
+    if wanted:
+        prefetch.start(path)
     return prefetch
 
 

@@ -524,16 +524,10 @@ def report(
     windowing = Windowing(window, window_rows or WINDOW_ROWS, WindowProgress(progress), scratch)
     one_windowed = len(paths) == 1 and Path(paths[0]).is_file() and windowing.applies(Path(paths[0]))
     if len(paths) == 1 and scheduler is None and not one_windowed:  # one big export: its reading starts now
-        with importing():
-            from profiler_kit.analyze.early_memory import PagesAhead
-            from profiler_kit.analyze.trace_cache import prefetch_uncached, uncached_export
-        # The early reader's memory file, its pages allocated on the other core while numpy is imported next.
-        export = Path(paths[0])
-        pages = PagesAhead.start(export) if uncached_export(export, cache=not no_cache) else None
         with importing():  # the early read imports numpy before it forks its reader
-            from profiler_kit.analyze.nsys_prefetch import Prefetch
+            from profiler_kit.analyze.trace_cache import prefetch_one
 
-            prefetched = prefetch_uncached(export, Prefetch(pages), cache=not no_cache)
+            prefetched = prefetch_one(Path(paths[0]), cache=not no_cache)
     with importing():
         from profiler_kit.analyze.sources import TRACE_KINDS, discover
         from profiler_kit.analyze.trace_cache import CacheWriter
