@@ -783,7 +783,7 @@ def _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top
         if done:
             done(items[i])
     rest = sorted(set(range(len(items))) - set(windowed) - set(failed))
-    by_path = {items[i][0].path: i for i in rest}
+    skipped: list = []
     read = session.map_reading(
         functools.partial(analyze_item, top=top, markdown=markdown),
         [items[i] for i in rest],
@@ -791,10 +791,11 @@ def _windows_as_tasks(items, session, window, done, skip, cache, prefetched, top
         prefetched=prefetched,
         key=_path,
         on_done=done,
-        skip=(lambda path, err: failed.setdefault(by_path[path], err)) if skip else None,
+        skip=(lambda path, err: skipped.append((path, err))) if skip else None,
     )
-    for res in read:
-        results[next(i for i in rest if i not in results and i not in failed)] = res
+    for path, err in skipped:  # in the inputs' order: a path given twice stands for each of its places in turn
+        failed[next(i for i in rest if _path(items[i]) == path and i not in failed)] = err
+    results.update(zip([i for i in rest if i not in failed], read, strict=True))  # read: the others, in order
     out = []
     for i in range(len(items)):
         if i in failed:
