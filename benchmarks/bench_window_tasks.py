@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_report import replicate  # noqa: E402  (the report bench's own code)
+from bench_workers import process_role  # noqa: E402
 
 from tests.conftest import shared_files  # noqa: E402  (the real captures, or the shipped subset)
 
@@ -73,7 +74,7 @@ def run(
         for p in [*tree, *_with_children(running)]:
             try:
                 rss, times = p.memory_info().rss, p.cpu_times()
-                entry = seen.setdefault(p.pid, [_role(p, top), 0, 0.0])
+                entry = seen.setdefault(p.pid, [process_role(p, top, client="client"), 0, 0.0])
             except psutil.Error:
                 continue
             entry[1], entry[2] = max(entry[1], rss), times.user + times.system - cpu0.get(p.pid, 0.0)
@@ -101,21 +102,6 @@ def _with_children(procs) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return out
-
-
-def _role(p: psutil.Process, top: psutil.Process) -> str:
-    if p.pid == top.pid:
-        return "client"
-    cmd = " ".join(p.cmdline())
-    if "multiprocessing.resource_tracker" in cmd:
-        return "resource tracker"
-    if "multiprocessing.forkserver" in cmd:
-        return "forkserver" if p.ppid() == top.pid else "worker"
-    if "dask_worker" in cmd:
-        return "running worker's nanny"
-    if "multiprocessing" in cmd and p.ppid() != top.pid:
-        return "running worker"
-    return "worker" if "spawn_main" in cmd else cmd[:40]
 
 
 class Running:

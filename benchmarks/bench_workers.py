@@ -80,7 +80,7 @@ def run(folder: Path, out: Path, workers: int) -> tuple[float, dict[str, int], f
                 rss = p.memory_info().rss
                 times = p.cpu_times()
                 cpu[p.pid] = times.user + times.system
-                role = peaks.get(p.pid, (None, 0))[0] or _role(p, top)
+                role = peaks.get(p.pid, (None, 0))[0] or process_role(p, top)
             except psutil.Error:
                 continue
             peaks[p.pid] = (role, max(rss, peaks.get(p.pid, ("", 0))[1]))
@@ -106,17 +106,22 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _role(p: psutil.Process, top: psutil.Process) -> str:
+def process_role(
+    p: psutil.Process, top: psutil.Process, client: str = "client (reads too; report, scheduler, nannies)"
+) -> str:
+    """What a process of the report's tree (``top``) or of a running cluster (bench_window_tasks.py) is."""
     if p.pid == top.pid:
-        return "client (reads too; report, scheduler, nannies)"
+        return client
     cmd = " ".join(p.cmdline())
     if "multiprocessing.resource_tracker" in cmd:
         return "resource tracker"
     if "multiprocessing.forkserver" in cmd:  # the server (the client's child) and the workers it forks
         return "forkserver" if p.ppid() == top.pid else "worker"
-    if "spawn_main" in cmd:  # spawned by a nanny (multiprocessing-method spawn)
-        return "worker"
-    return cmd[:40]
+    if "dask_worker" in cmd:  # a `dask worker` started before the report (--scheduler)
+        return "running worker's nanny"
+    if "multiprocessing" in cmd and p.ppid() != top.pid:  # the worker process that nanny started
+        return "running worker"
+    return "worker" if "spawn_main" in cmd else cmd[:40]  # spawn_main: spawned by a nanny (method spawn)
 
 
 def reduce_cost(scale: tuple[int, ...] = (32, 256, 1024)) -> None:
