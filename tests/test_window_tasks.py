@@ -15,11 +15,10 @@ from profiler_kit.analyze.sources import Source
 from profiler_kit.analyze.window_tasks import analyze_window_tasks
 from profiler_kit.analyze.windows import analyze_windows, plan_edges
 
-from profiler_kit.build import TraceResult, analyze_source, build_report
-from profiler_kit.output import render_report_files
+from profiler_kit.build import analyze_source
 from tests.conftest import FIXTURES, ROOT, shared_files
 from tests.test_parallel import Cluster, invoke, run_killing_a_worker
-from tests.test_windows import SMALLEST_GPU, replicate
+from tests.test_windows import SMALLEST_GPU, activity_rows, replicate, report_files
 
 SHARED = shared_files("nsys_sqlite", "*.sqlite")  # ../shared/data, else the subset shipped in tests/data
 CPU_FIXTURE = FIXTURES / "nsys_cpu" / "cpu_nvtx.sqlite"
@@ -34,11 +33,6 @@ def in_order(fn, jobs, on_done):
     return out[::-1]
 
 
-def files(path: Path, meta: dict, tables: dict) -> dict:
-    report = build_report([TraceResult(path.name, str(path), meta, tables)])
-    return render_report_files(report, "report", "md", html=False) | render_report_files(report, "r", "csv")
-
-
 def three_ways(path: Path, rows: int) -> tuple[dict, dict, dict, int]:
     """The report files of the window tasks, of the single-process windowed reader and of the in-memory reader
     (its tables less those a windowed report leaves out), and the number of windows."""
@@ -49,15 +43,17 @@ def three_ways(path: Path, rows: int) -> tuple[dict, dict, dict, int]:
     whole = analyze_source(Source(path, "nsys-sqlite"), path.name)
     meta = tasks.meta | {"windows": tasks.windows}
     memory = {name: whole.tables[name] for name in chained.tables}
-    return files(path, meta, tasks.tables), files(path, meta, chained.tables), files(path, meta, memory), tasks.windows
+    return (
+        report_files(path, meta, tasks.tables),
+        report_files(path, meta, chained.tables),
+        report_files(path, meta, memory),
+        tasks.windows,
+    )
 
 
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name[:30])
 def test_window_tasks_equal_windows_in_turn_and_in_memory_on_shared_exports(path):
-    with sqlite3.connect(path) as con:
-        tables = {t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        table = next((t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS") if t in tables), None)
-        rows = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table else 0
+    rows = activity_rows(path)
     tasks, chained, memory, windows = three_ways(path, max(7, rows // 6))
     assert windows > 1 or not rows
     assert tasks == chained == memory

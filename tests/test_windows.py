@@ -46,19 +46,26 @@ def rendered(path: Path, rows: int) -> tuple[dict, dict, int]:
     meta = windowed.meta | {"windows": windowed.windows}
     tables = {name: whole.tables[name] for name in windowed.tables}  # the in-memory ones, less what is left out
     assert {"range_names", "range_groups", "range_group_kernels", "phases", "phase_kernels"} <= set(tables)
-    out = []
-    for t in (windowed.tables, tables):
-        report = build_report([TraceResult(path.name, str(path), meta, t)])
-        out.append(render_report_files(report, "report", "md", html=False) | render_report_files(report, "r", "csv"))
-    return out[0], out[1], windowed.windows
+    return report_files(path, meta, windowed.tables), report_files(path, meta, tables), windowed.windows
+
+
+def report_files(path: Path, meta: dict, tables: dict) -> dict:
+    """The md and csv report files of one trace's tables."""
+    report = build_report([TraceResult(path.name, str(path), meta, tables)])
+    return render_report_files(report, "report", "md", html=False) | render_report_files(report, "r", "csv")
+
+
+def activity_rows(path: Path) -> int:
+    """The rows of the export's kernel table, else of its NVTX table (0: neither): what its windows divide."""
+    with sqlite3.connect(path) as con:
+        tables = {t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        table = next((t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS") if t in tables), None)
+        return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table else 0
 
 
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name[:30])
 def test_windowed_report_equals_in_memory_on_shared_exports(path):
-    with sqlite3.connect(path) as con:
-        tables = {t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        table = next((t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS") if t in tables), None)
-        rows = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table else 0
+    rows = activity_rows(path)
     windowed, whole, windows = rendered(path, max(7, rows // 6))  # about six windows
     assert windows > 1 or not rows
     assert windowed == whole
