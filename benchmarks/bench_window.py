@@ -5,8 +5,7 @@ The export is a shared one replicated along time (benchmarks/bench_report.py's `
 make --gb GB (the bytes of one copy measured on a 2-copy build first). Both tools run as fresh processes; peak
 memory is max RSS (profiler-kit's own plus any child's, as bench_report measures it). The replicated files live
 in a temporary folder under --tmp and are deleted at the end. ``--skip-nsys`` (for 10 GB, where nsys would need
-~36 GB) times ours alone. On the 2-core VM (loaded, 2026-11-27) the 10 GB replica (11.07 GiB, 10,700 copies) took
-324 s to build and its windowed report 483 s, peak RSS 1237 MiB; the 1 GB one 37 s against nsys' 467 s.
+~36 GB) times ours alone. Figures and how long each size takes to build: benchmarks/README.md.
 
     python benchmarks/bench_window.py --gb 1 --json benchmarks/results/window/bench_window_1gb.json
     python benchmarks/bench_window.py --gb 10 --skip-nsys --skip-whole --json benchmarks/results/window/bench_window_10gb.json
