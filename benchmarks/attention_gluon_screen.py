@@ -2,7 +2,8 @@
 
 For each mask and length (1x16 heads, d 128, bf16): SDPA's forward and backward, the Triton forward and the
 ``tma`` backward, every ``flash_gluon_fwd`` config and every ``flash_gluon_bwd128`` config. Each of ours is checked
-against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms). Prints a table of
+against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms; the
+candidates of a kind taking turns, ``--rounds``, as ``attention_bench.time_interleaved`` explains). Prints a table of
 SDPA's time over each (above 1: ours faster) and writes, with ``--best``, the fastest config of each kind that was
 correct in every case, as ``FLASH_TRITON_CONFIGS`` takes it (``fwd_gluon``, ``bwd_gluon128``; none where no Gluon
 config beat the Triton kernel)::
@@ -34,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_fwd
 from profiler_kit.workloads import flash_triton as ft
-from triton.testing import do_bench
+from profiler_kit.workloads.attention_bench import time_interleaved
 
 
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -95,7 +96,7 @@ def probe_all(path: str, limit: int, configs=None, kinds=("fwd", "bwd")) -> None
 
 def screen_case(
     seq: int, causal: bool, heads: int, warmup: int, rep: int, allowed=None, kv_heads: int = 0, configs=None,
-    kinds=("fwd", "bwd"), head_groups=(0,),
+    kinds=("fwd", "bwd"), head_groups=(0,), rounds: int = 5,
 ) -> list[dict]:  # fmt: skip
     """Rows of one (seq, mask): kind fwd / bwd, impl, ms, TFLOP/s, error against the Triton kernels' result."""
     d = 128
@@ -110,25 +111,29 @@ def screen_case(
     base = {"seq": seq, "causal": causal, "heads": heads, "kv_heads": kv, "d_head": d,
             "device": torch.cuda.get_device_name()}  # fmt: skip
     rows = []
+    pending: list[tuple] = []  # (impl, fn, err) of one kind, timed together by flush
 
-    def add(kind, impl, fn, err=float("nan"), grads=None):
-        ok = math.isfinite(err) or impl in ("sdpa", "triton")
-        ms = do_bench(fn, warmup=warmup, rep=rep, grad_to_none=grads, return_mode="median") if ok else float("nan")
+    def add(impl, fn, err=float("nan")):
+        pending.append((impl, fn, err))
+
+    def flush(kind, grads=None):
+        """Time the kind's correct candidates taking turns (time_interleaved), then write their rows."""
+        fns = {impl: fn for impl, fn, err in pending if math.isfinite(err) or impl in ("sdpa", "triton")}
+        ms = time_interleaved(fns, warmup, rep, rounds, grad_to_none=grads)
         flops = fwd_flops * (2.5 if kind == "bwd" else 1.0)
-        row = {**base, "kind": kind, "impl": impl, "ms": ms, "tflops": flops / ms / 1e9, "err": err}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for impl, _, err in pending:
+            t = ms.get(impl, float("nan"))
+            row = {**base, "kind": kind, "impl": impl, "ms": t, "tflops": flops / t / 1e9, "err": err}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        pending.clear()
 
     sq, sk, sv = (t.clone().requires_grad_() for t in (q, k, v))
     if "fwd" in kinds:
-        add("fwd", "sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa))
-    out = F.scaled_dot_product_attention(sq, sk, sv, is_causal=causal, **gqa)
-    if "bwd" in kinds:
-        add("bwd", "sdpa", lambda: out.backward(do, retain_graph=True), grads=[sq, sk, sv])
-
+        add("sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa))
     o_ref, lse_ref = ft.forward_kernels(q3, k3, v3, causal, tma=False)  # the Triton forward
     if "fwd" in kinds:
-        add("fwd", "triton", lambda: ft.forward_kernels(q3, k3, v3, causal, tma=False))
+        add("triton", lambda: ft.forward_kernels(q3, k3, v3, causal, tma=False))
     for name in _names(flash_gluon_fwd, configs, "fwd", kinds):
         if allowed is not None and ["fwd", name, causal] not in allowed:
             continue
@@ -141,25 +146,32 @@ def screen_case(
         except Exception as e:  # a config that fails to compile or run is a result
             print(f"fwd {name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
             err = float("inf")
-        add("fwd", f"gluon:{name}", lambda n=name, o=o, lse=lse: flash_gluon_fwd.forward(q3, k3, v3, o, lse, d**-0.5, causal, n), err)  # fmt: skip
+        add(f"gluon:{name}", lambda n=name, o=o, lse=lse: flash_gluon_fwd.forward(q3, k3, v3, o, lse, d**-0.5, causal, n), err)  # fmt: skip
 
+    if "fwd" in kinds:
+        flush("fwd")
     if "bwd" not in kinds:
         return rows
+    out = F.scaled_dot_product_attention(sq, sk, sv, is_causal=causal, **gqa)
+    add("sdpa", lambda: out.backward(do, retain_graph=True))
     want = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma")
-    add("bwd", "triton", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma"))
-    kept = ft.BWD_GLUON128, ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA
+    add("triton", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma"))
+    kept = ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA
     ft.BWD_GLUON128_GQA = True
     for name in _names(flash_gluon_bwd128, configs, "bwd", kinds):
         if allowed is not None and ["bwd", name, causal] not in allowed:
             continue
-        ft.BWD_GLUON128 = name
         splits = (False, True) if kv != heads else (None,)
         for hg, split in ((hg, split) for hg in head_groups for split in splits):
             opts = {"HEAD_GROUP": hg or flash_gluon_bwd128.HEAD_GROUP}
-            if split is not None:
-                flash_gluon_bwd128.SPLIT_GQA = dict.fromkeys(("causal", "full"), split)
+
+            def bwd(name=name, opts=opts, split=split):  # sets its config's module switches: timed in turns
+                if split is not None:
+                    flash_gluon_bwd128.SPLIT_GQA = dict.fromkeys(("causal", "full"), split)
+                return ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws", name, opts=opts)
+
             try:
-                got = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws", opts=opts)
+                got = bwd()
                 torch.cuda.synchronize()
                 err = max(_rel(g, w) for g, w in zip(got, want, strict=True))
                 err = err if err < 1e-2 else float("inf")
@@ -167,8 +179,9 @@ def screen_case(
                 print(f"bwd {name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
                 err = float("inf")
             impl = f"gluon:{name}" + (f"/hg{hg}" if hg else "") + {None: "", False: "/loop", True: "/split"}[split]
-            add("bwd", impl, lambda o=opts: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "gluon_ws", opts=o), err)  # fmt: skip
-    ft.BWD_GLUON128, ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA = kept
+            add(impl, bwd, err)
+    flush("bwd", grads=[sq, sk, sv])
+    ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA = kept
     return rows
 
 
@@ -199,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
     p.add_argument("--bwd-head-groups", nargs="+", type=int, default=[0], help="0: the module's HEAD_GROUP")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time of each candidate, ms")
+    p.add_argument("--rounds", type=int, default=5, help="a kind's candidates take turns in this many rounds")
     p.add_argument("--out", default=None, help="JSONL of every row")
     p.add_argument("--best", default=None, help="JSON: the fastest correct configs (FLASH_TRITON_CONFIGS form)")
     p.add_argument("--probe", default=None, help="only probe every config (own processes); JSON of those passed")
@@ -222,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     for causal in (True, False):
         for seq in args.seq:
             rows += screen_case(seq, causal, args.heads, args.warmup, args.rep, allowed, args.kv_heads, args.configs,
-                                args.kinds, args.bwd_head_groups)  # fmt: skip
+                                args.kinds, args.bwd_head_groups, args.rounds)  # fmt: skip
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -150,3 +150,43 @@ def test_triton_gqa_on_gpu_within_sdpa_error(d, causal, dtype):
     want = check_case("sdpa", 2, 8, 1024, d, dtype, causal, kv_heads=2)
     for key in ("rel_err_o", "rel_err_dq", "rel_err_dk", "rel_err_dv"):
         assert got[key] <= 1.5 * want[key] + 1e-4, (key, got, want)
+
+
+def test_implementations_take_turns_and_each_gets_its_own_median():
+    """Rounds rotate the order, so neither implementation always runs first (the cool GPU's turn)."""
+    from profiler_kit.workloads.attention_bench import time_interleaved
+
+    calls = []
+
+    def bench(fn, warmup, rep, grad_to_none, return_mode):
+        calls.append((fn(), warmup, rep))
+        return {"a": [1.0, 2.0], "b": [5.0, 7.0], "c": [3.0, 3.0]}[fn()]
+
+    got = time_interleaved({"a": lambda: "a", "b": lambda: "b", "c": lambda: "c"}, 10, 60, 3, bench=bench)
+    assert [c[0] for c in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [c[1] for c in calls] == [10] * 3 + [1] * 6  # the warm-up once, in the first round
+    assert {c[2] for c in calls} == {20}
+    assert got == {"a": 1.5, "b": 6.0, "c": 3.0}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None or not _cuda_sm90(), reason="needs a Hopper GPU")
+def test_bench_case_times_every_implementation_and_names_the_one_that_fails(monkeypatch):
+    """Taking turns keeps each implementation's own row; one that fails is a row with its error, the rest timed."""
+    from profiler_kit.workloads import attention_bench
+
+    real = attention_bench.get_impl
+
+    def get_impl(name):
+        if name == "naive":
+            return lambda *a: (_ for _ in ()).throw(RuntimeError("broken on purpose"))
+        return real(name)
+
+    monkeypatch.setattr(attention_bench, "get_impl", get_impl)
+    rows = attention_bench.bench_case(
+        ["triton", "naive", "sdpa"], 1, 4, 1024, 128, "bfloat16", True, warmup=1, rep=10, rounds=2
+    )
+    assert [r["impl"] for r in rows] == ["triton", "naive", "sdpa"]
+    assert rows[1]["status"] == "error" and "broken on purpose" in rows[1]["error"]
+    for r in (rows[0], rows[2]):
+        assert r["status"] == "ok" and r["rounds"] == 2
+        assert 0 < r["fwd_ms"] < r["fwd_bwd_ms"] and r["bwd_ms"] > 0 and r["mem_before_bwd_bytes"] > 0

@@ -1,6 +1,7 @@
 """Attention benchmark: forward, backward and forward+backward of every implementation, one JSONL row each.
 
-Timings come from ``triton.testing.do_bench`` (CUDA events, median). Backward
+Timings come from ``triton.testing.do_bench`` (CUDA events, median), the implementations of a case taking
+turns (``--rounds``; a power-capped GPU's clock follows its recent load). Backward
 is the gradient of ``o.sum()``. ``mem_before_bwd_bytes`` is
 ``torch.cuda.memory_allocated()`` right after the forward (inputs, output and
 what autograd saved). A configuration that runs out of memory is a row with
@@ -27,8 +28,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 from profiler_kit.workloads.attention import IMPLS, get_impl, make_inputs
@@ -42,8 +45,29 @@ def attention_flops(batch: int, heads: int, seq: int, d_head: int, causal: bool)
     return fwd, 2.5 * fwd
 
 
+def time_interleaved(
+    fns: dict[str, Callable], warmup: int = 25, rep: int = 100, rounds: int = 5, grad_to_none=None, bench=None
+) -> dict[str, float]:
+    """Median ms of each of ``fns``, timed in turns: ``rounds`` rounds of one ``do_bench`` block of
+    ``rep / rounds`` ms each, the order rotated every round.
+
+    Under a power cap (an H200 at 700 W runs d 128 attention at 1650-1980 MHz) the clock follows the last
+    second's load, so timing one implementation after the other favours whichever ran on the cooler GPU;
+    taking turns gives each the same mix of clocks. ``rounds=1``: one after the other."""
+    if bench is None:
+        from triton.testing import do_bench as bench
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            times = bench(fns[name], warmup=warmup if r == 0 else 1, rep=max(1, rep // rounds),
+                          grad_to_none=grad_to_none, return_mode="all")  # fmt: skip
+            samples[name] += list(times)
+    return {name: statistics.median(t) for name, t in samples.items()}
+
+
 def bench_case(
-    impl: str,
+    impls: list[str],
     batch: int,
     heads: int,
     seq: int,
@@ -53,68 +77,70 @@ def bench_case(
     warmup: int = 25,
     rep: int = 100,
     kv_heads: int = 0,
-) -> dict:
-    """One row: fwd/bwd/fwd+bwd median ms, memory before backward, TFLOP/s; status ok / oom / error.
+    rounds: int = 5,
+) -> list[dict]:
+    """One row per implementation on the same inputs: fwd/bwd/fwd+bwd median ms (``time_interleaved``, the
+    implementations taking turns), memory before backward, TFLOP/s; status ok / oom / error.
 
     FLOPs count the query heads: grouped-query attention (``kv_heads``) does the same products."""
-    from triton.testing import do_bench
-
-    row = {
-        "impl": impl,
-        "batch": batch,
-        "heads": heads,
-        "seq": seq,
-        "d_head": d_head,
-        "dtype": dtype,
-        "causal": causal,
-        "kv_heads": kv_heads or heads,
-        "warmup_ms": warmup,
-        "rep_ms": rep,
-        "device": torch.cuda.get_device_name(),
-    }
-    fn = get_impl(impl)
-    q = k = v = out = None
+    base = {"batch": batch, "heads": heads, "seq": seq, "d_head": d_head, "dtype": dtype, "causal": causal,
+            "kv_heads": kv_heads or heads, "warmup_ms": warmup, "rep_ms": rep, "rounds": rounds,
+            "device": torch.cuda.get_device_name()}  # fmt: skip
+    rows = {impl: {"impl": impl, **base} for impl in impls}
+    fns = {impl: get_impl(impl) for impl in impls}
+    q = k = v = None
+    outs: dict = {}
     try:
         q, k, v = make_inputs(batch, heads, seq, d_head, DTYPES[dtype], "cuda", kv_heads=kv_heads)
-        torch.cuda.synchronize()
-        fwd = do_bench(lambda: fn(q, k, v, causal), warmup=warmup, rep=rep, return_mode="median")
-        out = fn(q, k, v, causal)
-        torch.cuda.synchronize()
-        row["mem_before_bwd_bytes"] = torch.cuda.memory_allocated()
-        grad = torch.ones_like(out)
-        bwd = do_bench(
-            lambda: out.backward(grad, retain_graph=True),
-            warmup=warmup,
-            rep=rep,
-            grad_to_none=[q, k, v],
-            return_mode="median",
-        )
-        out = None
-        both = do_bench(
-            lambda: fn(q, k, v, causal).sum().backward(),
-            warmup=warmup,
-            rep=rep,
-            grad_to_none=[q, k, v],
-            return_mode="median",
-        )
-        flops_f, flops_b = attention_flops(batch, heads, seq, d_head, causal)
-        row.update(
-            status="ok",
-            fwd_ms=fwd,
-            bwd_ms=bwd,
-            fwd_bwd_ms=both,
-            fwd_tflops=flops_f / fwd / 1e9,
-            bwd_tflops=flops_b / bwd / 1e9,
-            fwd_bwd_tflops=(flops_f + flops_b) / both / 1e9,
-        )
-    except torch.OutOfMemoryError:
-        row["status"] = "oom"
-    except Exception as err:  # a failing implementation is a result, not the end of the sweep
-        row.update(status="error", error=f"{type(err).__name__}: {str(err)[:300]}")
+        for impl in impls:  # one forward and backward alone: its memory, and whether it runs at all
+            try:
+                out = fns[impl](q, k, v, causal)
+                torch.cuda.synchronize()
+                rows[impl]["mem_before_bwd_bytes"] = torch.cuda.memory_allocated()
+                out.sum().backward()
+                torch.cuda.synchronize()
+                rows[impl]["status"] = "ok"
+            except torch.OutOfMemoryError:
+                rows[impl]["status"] = "oom"
+            except Exception as err:  # a failing implementation is a result, not the end of the sweep
+                rows[impl].update(status="error", error=f"{type(err).__name__}: {str(err)[:300]}")
+            finally:
+                out = None
+                q.grad = k.grad = v.grad = None
+                torch.cuda.empty_cache()
+        live = {impl: fns[impl] for impl in impls if rows[impl]["status"] == "ok"}
+        timing = {"warmup": warmup, "rep": rep, "rounds": rounds}
+        fwd = time_interleaved({i: lambda f=f: f(q, k, v, causal) for i, f in live.items()}, **timing)
+        outs = {i: f(q, k, v, causal) for i, f in live.items()}
+        grad = torch.ones_like(next(iter(outs.values()))) if outs else None
+        bwd = time_interleaved({i: lambda o=o: o.backward(grad, retain_graph=True) for i, o in outs.items()},
+                               grad_to_none=[q, k, v], **timing)  # fmt: skip
+        outs = {}
+        both = time_interleaved({i: lambda f=f: f(q, k, v, causal).sum().backward() for i, f in live.items()},
+                                grad_to_none=[q, k, v], **timing)  # fmt: skip
+    except Exception as err:  # out of memory or a failure while taking turns: every row still timed says so
+        status = "oom" if isinstance(err, torch.OutOfMemoryError) else "error"
+        for row in rows.values():
+            if row.get("status", "ok") == "ok":
+                row.update(
+                    status=status, **({} if status == "oom" else {"error": f"{type(err).__name__}: {err}"[:300]})
+                )
+        return list(rows.values())
     finally:
-        q = k = v = out = None
+        q = k = v = None
+        outs = {}
         torch.cuda.empty_cache()
-    return row
+    flops_f, flops_b = attention_flops(batch, heads, seq, d_head, causal)
+    for impl in live:
+        rows[impl].update(
+            fwd_ms=fwd[impl],
+            bwd_ms=bwd[impl],
+            fwd_bwd_ms=both[impl],
+            fwd_tflops=flops_f / fwd[impl] / 1e9,
+            bwd_tflops=flops_b / bwd[impl] / 1e9,
+            fwd_bwd_tflops=(flops_f + flops_b) / both[impl] / 1e9,
+        )
+    return list(rows.values())
 
 
 def check_case(
@@ -165,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                    "bf16 fp16, then a side-by-side table")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="with --sweep: d 64 128, seq 4096 16384, bf16 only")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms (of each implementation)")
+    p.add_argument("--rounds", type=int, default=5, help="the implementations of a case take turns in this many "
+                   "rounds of rep/rounds ms each (1: one after the other)")  # fmt: skip
     p.add_argument("--max-seq", nargs="*", default=[], metavar="IMPL=SEQ", help="skip IMPL above SEQ (slow impls)")
     p.add_argument("--check", action="store_true", help="correctness vs fp32 reference instead of timing")
     p.add_argument("--out", default="-", help="JSONL file to append to (- for stdout)")
@@ -184,10 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             for mask in masks:
                 causal = mask == "causal"
                 for seq in seqs:
-                    for impl in impls:
-                        if seq > limits.get(impl, 1 << 30):
-                            continue
-                        row = _run(args, impl, seq, d, dtype, causal)
+                    case_impls = [i for i in impls if seq <= limits.get(i, 1 << 30)]
+                    for row in _run(args, case_impls, seq, d, dtype, causal):
                         rows.append(row)
                         sink.write(json.dumps(row) + "\n")
                         sink.flush()
@@ -197,18 +223,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(args, impl: str, seq: int, d: int, dtype: str, causal: bool) -> dict:
+def _run(args, impls: list[str], seq: int, d: int, dtype: str, causal: bool) -> list[dict]:
+    """Rows of one case: each implementation checked on its own, or all timed taking turns."""
     t0 = time.perf_counter()
-    if args.check:
+    if not args.check:
+        rows = bench_case(impls, args.batch, args.heads, seq, d, dtype, causal, args.warmup, args.rep,
+                          args.kv_heads, args.rounds)  # fmt: skip
+        return [{**row, "wall_s": round(time.perf_counter() - t0, 2)} for row in rows]
+    rows = []
+    for impl in impls:
         try:
             row = check_case(impl, args.batch, args.heads, seq, d, dtype, causal, args.kv_heads)
         except Exception as err:  # report and go on to the next case
             row = {"impl": impl, "seq": seq, "d_head": d, "dtype": dtype, "causal": causal,
                    "status": "error", "error": f"{type(err).__name__}: {str(err)[:300]}"}  # fmt: skip
-    else:
-        row = bench_case(impl, args.batch, args.heads, seq, d, dtype, causal, args.warmup, args.rep, args.kv_heads)
-    row["wall_s"] = round(time.perf_counter() - t0, 2)
-    return row
+        rows.append({**row, "wall_s": round(time.perf_counter() - t0, 2)})
+        t0 = time.perf_counter()
+    return rows
 
 
 def side_by_side(rows: list[dict], ours: str, theirs: str) -> str:
