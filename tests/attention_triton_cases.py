@@ -150,12 +150,14 @@ def test_triton_backward_of_sum_and_strided_grads(mode):
     for name, got in [("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
         torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
     q3, k3, v3 = (t.detach()[0] for t in (q, k, v))
-    do = torch.randn(2, 16, 37, generator=gen).transpose(1, 2)  # (2, 37, 16), not contiguous
     o, lse = forward_kernels(q3, k3, v3, True)
-    grads = backward_kernels(do, q3, k3, v3, o, lse, True, mode)
-    ref = reference_attention(q3, k3, v3, True, do.contiguous())
-    for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
-        torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    transposed = torch.randn(2, 16, 37, generator=gen).transpose(1, 2)  # (2, 37, 16), not contiguous
+    per_head = torch.tensor([2.0, -3.0]).view(2, 1, 1).expand(2, 37, 16)  # one value a head: read once a program
+    for do in (transposed, per_head):
+        grads = backward_kernels(do, q3, k3, v3, o, lse, True, mode)
+        ref = reference_attention(q3, k3, v3, True, do.contiguous())
+        for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
+            torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
 @pytest.mark.parametrize(("batch", "heads", "kv_heads"), [(2, 4, 2), (1, 3, 1)])
