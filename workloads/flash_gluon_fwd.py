@@ -15,12 +15,17 @@ of tile j - 1 are issued together, and tile j's softmax runs while P V does (a s
 registers). ``PINGPONG`` adds FA3's ping-pong: a warpgroup issues its two products only in its turn and then
 hands the turn to the other (``turn`` mbarriers), so one's softmax overlaps the other's products.
 
-``*_persist`` configs (not yet timed, issue 26, fourth session) launch one program an SM (``PERSISTENT``), each
+``*_persist`` configs (issue 26; not the default) launch one program an SM (``PERSISTENT``), each
 walking the (head, 128-row tile) work items ``program_id + k programs`` in the launch order above, its K/V ring,
 its Q tile (freed by both consumers through ``q_free`` after their last S product) and the ping-pong turns carried
 from item to item, so the load warp brings the next item's Q and K/V while the consumers finish this one's last
 P V and store O (FA3's persistent forward; at not causal 4096 the one-program-an-item grid is 3.9 waves on 132
 SMs with every item's prologue and epilogue exposed). The items are still whole, so a partial last round stays.
+Timed on an H200 against ``n128_pingpong``, taking turns (``benchmarks/attention_gluon_screen.py --kinds fwd``,
+results/attention/screen_fwd_persist_h200.jsonl): not causal within 0.05 of it either way (4096: 0.98 both);
+causal 0.78-0.90x SDPA against 0.995-1.055x: a static ``program_id + k programs`` walk over an order that is
+longest-first only within a head group leaves some programs all the long items, which the hardware's dynamic
+placement of one program an item does not.
 
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.

@@ -358,8 +358,8 @@ def _flash_bwd_delta_kernel(
     ``COPY_DO`` writes dO (read with any strides, such as the expanded gradient of ``o.sum()``)
     contiguous to ``DO_OUT``; ``ZERO_DQ`` zeroes the fp32 ``DQ`` buffer that the dQ shares add into.
     ``SCALAR_DO``: dO is one value a head (rows and columns of stride 0, as ``o.sum()`` gives), read once a
-    program: element by element, every thread's 128 loads of one address took 0.585 ms in fp16 at 16x16384x128
-    on an H200 (0.103 ms in bf16, 0.067 without the copy; issue 26)."""
+    program: read element by element (128 scalar loads a thread, all of one address) the kernel took 0.585 ms in
+    fp16 at 16x16384x128 on an H200 (0.103 ms in bf16, 0.067 without the copy; benchmarks/README.md, issue 26)."""
     off_bh = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
