@@ -190,3 +190,20 @@ def test_bench_case_times_every_implementation_and_names_the_one_that_fails(monk
     for r in (rows[0], rows[2]):
         assert r["status"] == "ok" and r["rounds"] == 2
         assert 0 < r["fwd_ms"] < r["fwd_bwd_ms"] and r["bwd_ms"] > 0 and r["mem_before_bwd_bytes"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None or not _cuda_sm90(), reason="needs a Hopper GPU")
+@pytest.mark.parametrize(("d", "dtype"), [(128, torch.float16), (128, torch.bfloat16), (64, torch.float16)])
+def test_backward_of_sum_on_gpu_equals_backward_of_ones(d, dtype):
+    """``o.sum()``'s expanded dO (read once a program by the D kernel) gives the gradients of a contiguous dO."""
+    from profiler_kit.workloads.attention import make_inputs
+    from profiler_kit.workloads.flash_triton import flash_attention_triton
+
+    q, k, v = make_inputs(1, 4, 1024, d, dtype, "cuda")
+    flash_attention_triton(q, k, v, True).sum().backward()
+    got = [t.grad.clone() for t in (q, k, v)]
+    q.grad = k.grad = v.grad = None
+    o = flash_attention_triton(q, k, v, True)
+    o.backward(torch.ones_like(o))
+    for g, t in zip(got, (q, k, v), strict=True):  # dQ's fp32 reduce-adds may come in another order
+        torch.testing.assert_close(g, t.grad)
