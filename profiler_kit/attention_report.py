@@ -28,6 +28,7 @@ BENCH_FIELDS = {  # the fields of a timing row (workloads.attention_bench) this 
     "causal": bool,
     **dict.fromkeys([f"{c}?" for c in (*TIME_COLS, *RATE_COLS, "warmup_ms", "rep_ms")], NUMBER),
     "mem_before_bwd_bytes?": int,
+    "rounds?": int,
     "device?": str,
 }
 
@@ -65,7 +66,7 @@ def build_attention_report(df: pd.DataFrame, note: str = "") -> Report:
     """Leaderboard shape first, then TFLOP/s per d across seq lengths, then every row."""
     ok = df[df["status"] == "ok"]
     cols = ["impl", "batch", "heads", "seq", "d_head", "dtype", "causal", "fwd_ns", "bwd_ns", "fwd_bwd_ns"]
-    cols += RATE_COLS + ["mem_before_bwd_bytes", "warmup_ms", "rep_ms", "source"]
+    cols += RATE_COLS + ["mem_before_bwd_bytes", "warmup_ms", "rep_ms", "rounds", "source"]
     sections = []
     lead = ok[(ok["batch"] == 1) & (ok["heads"] == 16) & (ok["seq"] == 16384) & (ok["d_head"] == 64) & ok["causal"]]
     lead = lead[lead["dtype"] == "bfloat16"].sort_values("fwd_bwd_ns")

@@ -50,3 +50,15 @@ def test_timing_rows_with_missing_or_odd_fields_are_one_clear_error(tmp_path, ca
     path.write_text(json.dumps(row) + "\n")
     assert main([str(path), "-o", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == f"Error: {path}:1: no causal\n" and not (tmp_path / "out").exists()
+
+
+def test_rows_say_how_they_were_timed(tmp_path):
+    """Rows timed taking turns carry their rounds; older rows (one after the other) leave the cell empty."""
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps({**_row("triton", 4096, 1.0), "rounds": 5}) + "\n" + json.dumps(_row("sdpa", 4096, 1.2)))
+    every = [t for t in build_attention_report(read_bench_jsonl([path])).tables() if t.title == "All rows"][0].df
+    rounds = every.set_index("impl")["rounds"]
+    assert rounds["triton"] == 5 and rounds.isna()["sdpa"]
+    path.write_text(json.dumps({**_row("triton", 4096, 1.0), "rounds": "five"}) + "\n")
+    with pytest.raises(InputError, match="rounds"):
+        read_bench_jsonl([path])
