@@ -122,9 +122,9 @@ def bench_case(
         status = "oom" if isinstance(err, torch.OutOfMemoryError) else "error"
         for row in rows.values():
             if row.get("status", "ok") == "ok":
-                row.update(
-                    status=status, **({} if status == "oom" else {"error": f"{type(err).__name__}: {err}"[:300]})
-                )
+                row["status"] = status
+                if status == "error":
+                    row["error"] = f"{type(err).__name__}: {str(err)[:300]}"
         return list(rows.values())
     finally:
         q = k = v = None
