@@ -1,8 +1,8 @@
 """The warp-specialized Gluon forward (workloads/flash_gluon_fwd.py, issue 26).
 
 Without a GPU: every config compiles for sm_90 offline (Triton ships ptxas) with no spills and no serialized
-wgmma. On a CUDA sm_90 GPU: O and L against fp32 math attention, within SDPA's own error on the same inputs,
-causal or not, head dims 64 and 128, grouped-query heads.
+wgmma, O stored by TMA where the config says so. On a CUDA sm_90 GPU: O and L against fp32 math attention, within
+SDPA's own error on the same inputs, causal or not, head dims 64 and 128, grouped-query heads.
 """
 
 from __future__ import annotations
@@ -20,18 +20,27 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
 @pytest.mark.parametrize(
-    ("config", "causal"),
-    [("n128", True), ("n128_pingpong", True), ("n128_s3_pingpong", True), ("n128_pingpong_persist", True),
-     ("n128_pingpong_persist", False), ("n128_s3_pingpong_persist", True), ("n128_fa3_persist", False)],
+    ("config", "causal", "dtype"),
+    [("n128", True, "bfloat16"), ("n128_pingpong", True, "bfloat16"), ("n128_s3_pingpong", True, "bfloat16"),
+     ("n128_pingpong_persist", True, "bfloat16"), ("n128_pingpong_persist", False, "bfloat16"),
+     ("n128_s3_pingpong_persist", True, "bfloat16"), ("n128_fa3_persist", False, "bfloat16"),
+     ("n128_pingpong_tmao", True, "bfloat16"), ("n128_pingpong_tmao", False, "float16"),
+     ("n128_pingpong_persist_tmao", True, "float16"), ("n128_pingpong_persist_tmao", False, "bfloat16")],
 )  # fmt: skip
-def test_compiles_for_sm90_without_spills(tmp_path, config, causal):
+def test_compiles_for_sm90_without_spills(tmp_path, config, causal, dtype):
+    import torch
     from profiler_kit.workloads import flash_gluon_fwd as g
 
-    compiled = g.compile_sm90(config, n=1024, d=128, is_causal=causal)
+    compiled = g.compile_sm90(config, n=1024, d=128, is_causal=causal, dtype=getattr(torch, dtype))
     ptx = compiled.asm["ptx"]
     regs = {int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
     assert 24 in regs and 240 in regs, regs  # the load warp gives registers to the consumers
     assert compiled.metadata.shared < 227 * 1024, compiled.metadata.shared
+    tma_o = g.CONFIGS[config][7:] == (True,)
+    # O by a TMA store from shared memory, or by plain stores (tens a consumer; L's are a few)
+    assert ("cp.async.bulk.tensor.2d.global.shared" in ptx) == tma_o
+    stores = len(re.findall(r"\bst\.global\.", ptx))
+    assert (stores < 16) == tma_o, stores
     spills, log = ptxas_spills(ptx, tmp_path)
     assert spills and max(spills) == 0, log
 

@@ -48,7 +48,14 @@ from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_ord
 from profiler_kit.workloads.triton_launch import capability, launch_keyed, sm_count
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
@@ -70,6 +77,9 @@ CONFIGS = {
     "n128_pingpong_persist": (128, 2, 168, 240, 24, PINGPONG, True),
     "n128_s3_pingpong_persist": (128, 3, 168, 240, 24, PINGPONG, True),
     "n128_fa3_persist": (128, 2, 168, 240, 24, FA3, True),
+    # O through shared memory and a TMA store (8th field), its wait deferred: 32 KB more shared memory, so 2 stages
+    "n128_pingpong_tmao": (128, 2, 168, 240, 24, PINGPONG, False, True),
+    "n128_pingpong_persist_tmao": (128, 2, 168, 240, 24, PINGPONG, True, True),
 }
 SMS_OFFLINE = 132  # an H100 SXM's SMs: the persistent grid of a compile without a GPU
 PERSISTENT_PROGRAMS: int | None = None  # the persistent grid's size at most (None: the GPU's SMs)
@@ -243,20 +253,26 @@ def _fa3_loop(acc, l_i, m_i, q_c, num_full, a, it, C: gl.constexpr, IS_CAUSAL: g
 
 
 @gluon.jit
-def _consumer(a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr):
+def _consumer(
+    a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr, TMA_O: gl.constexpr
+):  # fmt: skip
     """One warpgroup: O and L of query rows ``start_m + 64 C ...`` over every key tile they see."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
-    _consumer_item(a, 0, 0, q_bar, C, IS_CAUSAL, STAGES, SCHEDULE, True, False)
+    _consumer_item(a, 0, 0, q_bar, C, IS_CAUSAL, STAGES, SCHEDULE, True, False, TMA_O)
+    if TMA_O:
+        tma.store_wait(pendings=0)  # O's tile read out of shared memory before the program ends
 
 
 @gluon.jit
 def _consumer_item(
     a, it, q_phase, q_free, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr,
-    FIRST: gl.constexpr, RELEASE_Q: gl.constexpr,
+    FIRST: gl.constexpr, RELEASE_Q: gl.constexpr, TMA_O: gl.constexpr,
 ):  # fmt: skip
     """One work item of a warpgroup (``it`` key tiles and ``q_phase`` Q tiles of the program before it);
-    ``RELEASE_Q``: arrive on ``q_free`` once its last S product has read Q, so the next item's Q may land."""
+    ``RELEASE_Q``: arrive on ``q_free`` once its last S product has read Q, so the next item's Q may land.
+    ``TMA_O``: ``Out`` is the pair (O's descriptor of 64-row tiles, a tile of shared memory for each consumer),
+    and O goes out by a TMA store that nobody waits for until the tile is written again or the program ends."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
      start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -286,10 +302,19 @@ def _consumer_item(
                 acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, it, C, True, STAGES)
     if RELEASE_Q:  # every S product of the item has been waited for
         mbarrier.arrive(q_free, count=1)
-    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    rows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    gl.store(Out + rows.to(gl.int64)[:, None] * HEAD_DIM + cols[None, :], o.to(dtype))
+    if TMA_O:
+        o_desc, o_smem = Out
+        o = acc * gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout))[:, None]
+        o_tile = o_smem.index(C)
+        tma.store_wait(pendings=0)  # the last item's O store has read the tile (persistent programs)
+        o_tile.store(o.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [q_row0 + start_m + C * ROWS, 0], o_tile)
+    else:
+        o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+        rows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        gl.store(Out + rows.to(gl.int64)[:, None] * HEAD_DIM + cols[None, :], o.to(dtype))
     lse = (m_i + gl.log2(l_i)) * LN2
     lrows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=row_layout)
     gl.store(L + lrows, lse)
@@ -335,7 +360,7 @@ def _load_persistent(s, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, GQA: gl.c
 @gluon.jit
 def _consumer_persistent(
     s, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr, GQA: gl.constexpr,
-    HEAD_GROUP: gl.constexpr,
+    HEAD_GROUP: gl.constexpr, TMA_O: gl.constexpr,
 ):  # fmt: skip
     """A consumer warpgroup of a persistent program: every work item ``program_id + k num_programs`` in turn, the
     K/V ring, the Q tile and the ping-pong turns carried on from item to item."""
@@ -349,20 +374,24 @@ def _consumer_persistent(
     i = 0
     for w in range(gl.program_id(0), N_CTX // BM * N_BH, gl.num_programs(0)):
         a = _item(w, s, IS_CAUSAL, GQA, HEAD_GROUP)
-        _consumer_item(a, it, i & 1, q_free, C, IS_CAUSAL, STAGES, SCHEDULE, False, True)
+        _consumer_item(a, it, i & 1, q_free, C, IS_CAUSAL, STAGES, SCHEDULE, False, True, TMA_O)
         it += a[15]
         i += 1
+    if TMA_O:
+        tma.store_wait(pendings=0)
 
 
 @gluon.jit
 def _flash_gluon_fwd_kernel(
     q_desc, k_desc, v_desc, Out, L, sm_scale, N_CTX, N_BH,
     IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, SCHEDULE: gl.constexpr, PERSISTENT: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, SCHEDULE: gl.constexpr, TMA_O: gl.constexpr,
+    PERSISTENT: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 query rows (two consumer warpgroups of 64); query head ``h`` reads K/V head ``h // GQA``.
     ``PERSISTENT``: as many programs as fit the GPU at once, each walking the ``N_BH`` heads' 128-row work items
-    ``program_id + k num_programs``, so that one item's last products and stores overlap the next item's loads."""
+    ``program_id + k num_programs``, so that one item's last products and stores overlap the next item's loads.
+    ``TMA_O``: ``Out`` is O's descriptor of 64-row tiles, stored from shared memory (``_consumer_item``)."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -393,14 +422,16 @@ def _flash_gluon_fwd_kernel(
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=2)  # both consumers release a K or V stage
 
+    if TMA_O:
+        Out = (Out, gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], Out.layout))  # a tile each consumer
     if PERSISTENT:
         q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_free, count=2)  # both consumers done with the Q tile
         s = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free,
              N_CTX, N_BH)  # fmt: skip
         gl.warp_specialize(
-            [(_consumer_persistent, (s, 0, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
-             (_consumer_persistent, (s, 1, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
+            [(_consumer_persistent, (s, 0, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP, TMA_O)),
+             (_consumer_persistent, (s, 1, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP, TMA_O)),
              (_load_persistent, (s, STAGES, IS_CAUSAL, GQA, HEAD_GROUP))],
             [4, 1], [CONSUMER_REGS, LOAD_REGS],
         )  # fmt: skip
@@ -408,7 +439,7 @@ def _flash_gluon_fwd_kernel(
     a = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
          start_m, num_n, turn)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, SCHEDULE)), (_consumer, (a, 1, IS_CAUSAL, STAGES, SCHEDULE)),
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, SCHEDULE, TMA_O)), (_consumer, (a, 1, IS_CAUSAL, STAGES, SCHEDULE, TMA_O)),
          (_load_partition, (a, STAGES))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
@@ -434,11 +465,14 @@ def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GR
         CONFIGS[config] if isinstance(config, str) else config
     )
     persistent = bool(rest and rest[0])
+    tma_o = bool(rest[1:] and rest[1])
     bh, n, d = q.shape
     if n % BLOCK_M:
         raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
-    args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), o, lse, sm_scale, n, bh)
-    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule), persistent)
+    out = tensor_desc(o, (BLOCK_M // 2, d)) if tma_o else o  # TMA_O: a tile of 64 rows a consumer
+    args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), out, lse, sm_scale, n, bh)
+    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule), tma_o,
+              persistent)  # fmt: skip
     grid = (n // BLOCK_M * bh,)
     if persistent:  # one program an SM (the shared memory of one)
         sms = sm_count(q.device.index) if q.is_cuda else SMS_OFFLINE
@@ -470,4 +504,5 @@ def compile_sm90(config=DEFAULT, n: int = 4096, d: int = 128, is_causal: bool = 
     q, k, v, o = (torch.empty(4, n, d, dtype=dtype) for _ in range(4))
     lse = torch.empty(4, n, dtype=torch.float32)
     _, args, consts, opts = launch_args(q, k, v, o, lse, 0.125, is_causal, config)
-    return gluon_tiles.compile_sm90(_flash_gluon_fwd_kernel, args, consts, opts, ("Out", "L", "N_CTX"))
+    pointers = ("L", "N_CTX") if isinstance(args[3], TensorDescriptor) else ("Out", "L", "N_CTX")
+    return gluon_tiles.compile_sm90(_flash_gluon_fwd_kernel, args, consts, opts, pointers)
