@@ -25,7 +25,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
      ("n128_pingpong_persist", True, "bfloat16"), ("n128_pingpong_persist", False, "bfloat16"),
      ("n128_s3_pingpong_persist", True, "bfloat16"), ("n128_fa3_persist", False, "bfloat16"),
      ("n128_pingpong_tmao", True, "bfloat16"), ("n128_pingpong_tmao", False, "float16"),
-     ("n128_pingpong_persist_tmao", True, "float16"), ("n128_pingpong_persist_tmao", False, "bfloat16")],
+     ("n128_pingpong_persist_tmao", True, "float16"), ("n128_pingpong_persist_tmao", False, "bfloat16"),
+     ("n128_pingpong_pipe", True, "bfloat16"), ("n128_pingpong_pipe", False, "float16"),
+     ("n128_fa3_pipe", True, "float16"), ("n128_fa3_pipe", False, "bfloat16")],
 )  # fmt: skip
 def test_compiles_for_sm90_without_spills(tmp_path, config, causal, dtype):
     import torch
@@ -36,13 +38,29 @@ def test_compiles_for_sm90_without_spills(tmp_path, config, causal, dtype):
     regs = {int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
     assert 24 in regs and 240 in regs, regs  # the load warp gives registers to the consumers
     assert compiled.metadata.shared < 227 * 1024, compiled.metadata.shared
-    tma_o = g.CONFIGS[config][7:] == (True,)
+    tma_o = bool(g.CONFIGS[config][7:8] == (True,))
     # O by a TMA store from shared memory, or by plain stores (tens a consumer; L's are a few)
     assert ("cp.async.bulk.tensor.2d.global.shared" in ptx) == tma_o
     stores = len(re.findall(r"\bst\.global\.", ptx))
     assert (stores < 16) == tma_o, stores
     spills, log = ptxas_spills(ptx, tmp_path)
     assert spills and max(spills) == 0, log
+    assert "C7517" not in log, log  # no wait for a product in flight injected by ptxas (the pipelined programs')
+
+
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+def test_pipelined_config_needs_a_persistent_program_with_tma_stores():
+    """A pipelined program (9th field) is persistent and stores O by TMA: a tuple asking for it otherwise is refused."""
+    import torch
+    from profiler_kit.workloads import flash_gluon_fwd as g
+
+    q = torch.empty(4, 1024, 128, dtype=torch.bfloat16)
+    lse = torch.empty(4, 1024, dtype=torch.float32)
+    base = g.CONFIGS["n128_pingpong_pipe"]
+    assert g.launch_args(q, q, q, q, lse, 0.1, True, base)[2][-2:] == (True, True)  # PIPELINE, PERSISTENT
+    for bad in (base[:6] + (False, True, True), base[:6] + (True, False, True)):
+        with pytest.raises(ValueError, match="pipelined"):
+            g.launch_args(q, q, q, q, lse, 0.1, True, bad)
 
 
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")

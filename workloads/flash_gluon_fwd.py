@@ -27,6 +27,16 @@ causal 0.78-0.90x SDPA against 0.995-1.055x: a static ``program_id + k programs`
 longest-first only within a head group leaves some programs all the long items, which the hardware's dynamic
 placement of one program an item does not.
 
+At 4096 not causal an item is 32 key tiles and costs about 2 more at its ends, where both consumers are off the
+tensor cores: the first S product and softmax with nothing to overlap, the last P V alone, then the epilogue.
+``*_tmao`` configs (``TMA_O``, 8th field) write O through shared memory and a TMA store (FA3's epilogue): 8
+``stmatrix`` a thread where plain stores were 32 scattered 4-byte ones, and the store is waited for only before
+its tile is written again (a persistent program's next item) or at the program's end; 32 KB more shared memory
+(196 KB), so 2 stages. ``*_pipe`` configs (``PIPELINE``, 9th field; persistent, ``TMA_O``) pipeline across items:
+Q in two buffers, so the next item's Q lands during this one, and each consumer issues the next item's first S
+product before this item's epilogue, so the tensor cores run while O is normalized and stored (224 KB of shared
+memory). Written without a GPU (compiled for sm_90 offline: no spills, no serialized or waited wgmma); not timed.
+
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
 
@@ -80,6 +90,9 @@ CONFIGS = {
     # O through shared memory and a TMA store (8th field), its wait deferred: 32 KB more shared memory, so 2 stages
     "n128_pingpong_tmao": (128, 2, 168, 240, 24, PINGPONG, False, True),
     "n128_pingpong_persist_tmao": (128, 2, 168, 240, 24, PINGPONG, True, True),
+    # persistent, the next item's first S product issued before this item's epilogue, Q in two buffers (9th field)
+    "n128_pingpong_pipe": (128, 2, 168, 240, 24, PINGPONG, True, True, True),
+    "n128_fa3_pipe": (128, 2, 168, 240, 24, FA3, True, True, True),
 }
 SMS_OFFLINE = 132  # an H100 SXM's SMs: the persistent grid of a compile without a GPU
 PERSISTENT_PROGRAMS: int | None = None  # the persistent grid's size at most (None: the GPU's SMs)
@@ -217,13 +230,21 @@ def _fa3_loop(acc, l_i, m_i, q_c, num_full, a, it, C: gl.constexpr, IS_CAUSAL: g
     """Every key tile in FA3's order: S of tile 0 and its softmax, then S of tile j with P V of tile j - 1, then
     the last P V. Both warpgroups see the same number of tiles, so their turns alternate to the end (of every
     work item: ``it`` key tiles before this one; ``FIRST``: the program's first item, consumer 0 takes the turn)."""
-    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
-     start_m, num_n, turn) = a  # fmt: skip
-    BN: gl.constexpr = k_desc.block_type.shape[0]
+    turn = a[16]
     if PING:
         if C == 1:
             if FIRST:
                 mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first
+    s_t = _first_scores(q_c, a, it, C, STAGES, PING)
+    return _fa3_rest(s_t, acc, l_i, m_i, q_c, num_full, a, it, C, IS_CAUSAL, STAGES, PING)
+
+
+@gluon.jit
+def _first_scores(q_c, a, it, C: gl.constexpr, STAGES: gl.constexpr, PING: gl.constexpr):
+    """Issue a work item's first S product (``it`` key tiles before it), in this warpgroup's turn with ``PING``."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    BN: gl.constexpr = k_desc.block_type.shape[0]
     first = it % STAGES
     mbarrier.wait(ready.index(first), (it // STAGES) & 1)
     if PING:
@@ -232,6 +253,17 @@ def _fa3_loop(acc, l_i, m_i, q_c, num_full, a, it, C: gl.constexpr, IS_CAUSAL: g
     s_t = warpgroup_mma(q_c, k_smem.index(first).permute((1, 0)), zero, use_acc=False, is_async=True)
     if PING:
         mbarrier.arrive(turn.index(1 - C), count=1)
+    return s_t
+
+
+@gluon.jit
+def _fa3_rest(s_t, acc, l_i, m_i, q_c, num_full, a, it, C: gl.constexpr, IS_CAUSAL: gl.constexpr,
+              STAGES: gl.constexpr, PING: gl.constexpr):  # fmt: skip
+    """``_fa3_loop`` after the item's first S product ``s_t`` was issued: its softmax, the other tiles, the last
+    P V (waited for)."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    first = it % STAGES
     s_t = warpgroup_mma_wait(num_outstanding=0, deps=(s_t,))
     mbarrier.arrive(empty.index(first), count=1)
     if num_full > 0:
@@ -277,7 +309,6 @@ def _consumer_item(
      start_m, num_n, turn) = a  # fmt: skip
     BN: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
-    dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = acc_layout(BN)
     o_layout: gl.constexpr = acc_layout(HEAD_DIM)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -302,19 +333,54 @@ def _consumer_item(
                 acc, l_i, m_i = _softmax_pv(j, s_t, acc, l_i, m_i, a, it, C, True, STAGES)
     if RELEASE_Q:  # every S product of the item has been waited for
         mbarrier.arrive(q_free, count=1)
+    _epilogue(acc, l_i, m_i, a, C, TMA_O)
+
+
+@gluon.jit
+def _epilogue(acc, l_i, m_i, a, C: gl.constexpr, TMA_O: gl.constexpr):
+    """O = acc / l and L of a warpgroup's 64 rows of a work item into global memory (see ``_consumer_item``)."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    o_layout: gl.constexpr = acc_layout(HEAD_DIM)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout(k_desc.block_type.shape[0]))
     if TMA_O:
-        o_desc, o_smem = Out
-        o = acc * gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout))[:, None]
-        o_tile = o_smem.index(C)
-        tma.store_wait(pendings=0)  # the last item's O store has read the tile (persistent programs)
-        o_tile.store(o.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [q_row0 + start_m + C * ROWS, 0], o_tile)
+        _o_to_smem(acc, l_i, a, C)
+        _o_l_out(l_i, m_i, a, C)
     else:
         o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
         rows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
         gl.store(Out + rows.to(gl.int64)[:, None] * HEAD_DIM + cols[None, :], o.to(dtype))
+        lse = (m_i + gl.log2(l_i)) * LN2
+        lrows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=row_layout)
+        gl.store(L + lrows, lse)
+
+
+@gluon.jit
+def _o_to_smem(acc, l_i, a, C: gl.constexpr):
+    """``TMA_O`` epilogue, first half: O = acc / l into this warpgroup's tile of shared memory, once the last
+    item's store has read it."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    o_layout: gl.constexpr = acc_layout(q_desc.block_type.shape[1])
+    o_desc, o_smem = Out
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    o_tile = o_smem.index(C)
+    tma.store_wait(pendings=0)  # the last item's O store has read the tile (persistent programs)
+    o_tile.store(o.to(q_desc.dtype))
+
+
+@gluon.jit
+def _o_l_out(l_i, m_i, a, C: gl.constexpr):
+    """``TMA_O`` epilogue, second half: the TMA store of O's tile (not waited for), L."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, q_row0, kv_row0,
+     start_m, num_n, turn) = a  # fmt: skip
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout(k_desc.block_type.shape[0]))
+    o_desc, o_smem = Out
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [q_row0 + start_m + C * ROWS, 0], o_smem.index(C))
     lse = (m_i + gl.log2(l_i)) * LN2
     lrows = q_row0 + start_m + C * ROWS + gl.arange(0, ROWS, layout=row_layout)
     gl.store(L + lrows, lse)
@@ -382,16 +448,143 @@ def _consumer_persistent(
 
 
 @gluon.jit
+def _load_pipelined(s, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr):
+    """``_load_persistent`` with two Q buffers: item ``i``'s Q into buffer ``i % 2`` once item ``i - 2``'s S
+    products are done, so it lands while item ``i - 1`` runs."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free, N_CTX,
+     N_BH) = s  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    it = 0
+    i = 0
+    for w in range(gl.program_id(0), N_CTX // BM * N_BH, gl.num_programs(0)):
+        a = _item(w, s, IS_CAUSAL, GQA, HEAD_GROUP)
+        b = i % 2
+        mbarrier.wait(q_free.index(b), ((i // 2) & 1) ^ 1)  # a fresh barrier passes phase 1 at once
+        mbarrier.expect(q_bar.index(b), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [a[12] + a[14], 0], q_bar.index(b), q_smem.index(b))
+        _load_kv(a, it, STAGES)
+        it += a[15]
+        i += 1
+
+
+@gluon.jit
+def _consumer_pipelined(
+    s, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, SCHEDULE: gl.constexpr, GQA: gl.constexpr,
+    HEAD_GROUP: gl.constexpr,
+):  # fmt: skip
+    """A consumer warpgroup of a persistent program that issues the next item's first S product before this item's
+    epilogue (cross-item software pipelining): the tensor cores run it while O is normalized and stored, instead
+    of both warpgroups leaving them idle at every item's end. Q in two buffers (item ``i``'s in ``i % 2``), O by
+    TMA (``_epilogue``). After the last item a product of nothing stands in for the next one's (a loop-carried S
+    product in flight or not, by branch, makes ptxas wait for it and spill)."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free, N_CTX,
+     N_BH) = s  # fmt: skip
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    PING: gl.constexpr = SCHEDULE == PINGPONG
+    if PING:
+        if C == 1:
+            mbarrier.arrive(turn.index(0), count=1)  # consumer 0 issues first, once for the program
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    items = N_CTX // BM * N_BH
+    mbarrier.wait(q_bar.index(0), 0)
+    s_t = _first_scores(q_smem.index(0).slice(C * ROWS, ROWS, dim=0), _item(pid, s, IS_CAUSAL, GQA, HEAD_GROUP), 0,
+                        C, STAGES, PING)  # fmt: skip
+    it = 0
+    i = 0
+    for w in range(pid, items, programs):
+        a = _item(w, s, IS_CAUSAL, GQA, HEAD_GROUP)
+        acc, l_i, m_i = _pipelined_item(s_t, a, it, i, q_smem, q_free, C, IS_CAUSAL, STAGES, PING)
+        it += a[15]
+        i += 1
+        if w + programs < items:
+            mbarrier.wait(q_bar.index(i % 2), (i // 2) & 1)
+            # the next item's first S product: its K tile is the ring's next, whatever item it is of
+            s_t = _first_scores(q_smem.index(i % 2).slice(C * ROWS, ROWS, dim=0), a, it, C, STAGES, PING)
+        else:  # none: a product of nothing (no barrier, no turn), so that one S product is in flight either way
+            s_t = warpgroup_mma(k_smem.index(0).slice(C * ROWS, ROWS, dim=0), k_smem.index(0).permute((1, 0)),
+                                gl.zeros([ROWS, BN], gl.float32, acc_layout(BN)), use_acc=False, is_async=True)  # fmt: skip
+        _epilogue(acc, l_i, m_i, a, C, True)
+    warpgroup_mma_wait(num_outstanding=0, deps=(s_t,))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _pipelined_item(s_t, a, it, i, q_smem, q_free, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                    PING: gl.constexpr):  # fmt: skip
+    """Work item ``i`` of a pipelined program (``it`` key tiles before it) from its first S product ``s_t`` on, to
+    its last P V; then its Q buffer is released."""
+    q_desc = a[0]
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    BN: gl.constexpr = a[1].block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout(BN))
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([ROWS], gl.float32, row_layout)
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout(HEAD_DIM))
+    num_full = a[15] - (BM // BN) if IS_CAUSAL else a[15]
+    q_c = q_smem.index(i % 2).slice(C * ROWS, ROWS, dim=0)
+    acc, l_i, m_i = _fa3_rest(s_t, acc, l_i, m_i, q_c, num_full, a, it, C, IS_CAUSAL, STAGES, PING)
+    mbarrier.arrive(q_free.index(i % 2), count=1)  # every S product of the item waited for
+    return acc, l_i, m_i
+
+
+@gluon.jit
+def _pipelined_program(
+    q_desc, k_desc, v_desc, o_desc, L, sm_scale, N_CTX, N_BH, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr,
+    HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr,
+    SCHEDULE: gl.constexpr,
+):  # fmt: skip
+    """The persistent program of ``PIPELINE`` configs: two Q tiles, the K/V ring, a 64-row O tile a consumer
+    (Q 64 KB + K/V 2 stages 128 KB + O 32 KB: 224 KB of shared memory, so 2 stages only)."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    gl.static_assert(SCHEDULE != PLAIN)
+    q_smem = gl.allocate_shared_memory(dtype, [2, BM, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, HEAD_DIM], v_desc.layout)
+    o_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], o_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())  # K stages, V stages
+    empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for b in gl.static_range(2):
+        mbarrier.init(q_bar.index(b), count=1)
+        mbarrier.init(q_free.index(b), count=2)  # both consumers done with the Q tile
+        mbarrier.init(turn.index(b), count=1)
+    for st in gl.static_range(2 * STAGES):
+        mbarrier.init(ready.index(st), count=1)
+        mbarrier.init(empty.index(st), count=2)
+    s = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, (o_desc, o_smem), L, sm_scale, turn,
+         q_free, N_CTX, N_BH)  # fmt: skip
+    gl.warp_specialize(
+        [(_consumer_pipelined, (s, 0, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
+         (_consumer_pipelined, (s, 1, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
+         (_load_pipelined, (s, STAGES, IS_CAUSAL, GQA, HEAD_GROUP))],
+        [4, 1], [CONSUMER_REGS, LOAD_REGS],
+    )  # fmt: skip
+
+
+@gluon.jit
 def _flash_gluon_fwd_kernel(
     q_desc, k_desc, v_desc, Out, L, sm_scale, N_CTX, N_BH,
     IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr, SCHEDULE: gl.constexpr, TMA_O: gl.constexpr,
-    PERSISTENT: gl.constexpr,
+    PIPELINE: gl.constexpr, PERSISTENT: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 query rows (two consumer warpgroups of 64); query head ``h`` reads K/V head ``h // GQA``.
     ``PERSISTENT``: as many programs as fit the GPU at once, each walking the ``N_BH`` heads' 128-row work items
     ``program_id + k num_programs``, so that one item's last products and stores overlap the next item's loads.
-    ``TMA_O``: ``Out`` is O's descriptor of 64-row tiles, stored from shared memory (``_consumer_item``)."""
+    ``TMA_O``: ``Out`` is O's descriptor of 64-row tiles, stored from shared memory (``_consumer_item``).
+    ``PIPELINE`` (with both): the persistent program of ``_pipelined_program``."""
+    if PIPELINE:
+        _pipelined_program(q_desc, k_desc, v_desc, Out, L, sm_scale, N_CTX, N_BH, IS_CAUSAL, GQA, HEAD_GROUP, STAGES,
+                           CONSUMER_REGS, LOAD_REGS, SCHEDULE)  # fmt: skip
+        return
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -466,13 +659,16 @@ def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GR
     )
     persistent = bool(rest and rest[0])
     tma_o = bool(rest[1:] and rest[1])
+    pipeline = bool(rest[2:] and rest[2])
+    if pipeline and not (persistent and tma_o):
+        raise ValueError(f"config {config}: a pipelined program is persistent and stores O by TMA")
     bh, n, d = q.shape
     if n % BLOCK_M:
         raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
     out = tensor_desc(o, (BLOCK_M // 2, d)) if tma_o else o  # TMA_O: a tile of 64 rows a consumer
     args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), out, lse, sm_scale, n, bh)
     consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule), tma_o,
-              persistent)  # fmt: skip
+              pipeline, persistent)  # fmt: skip
     grid = (n // BLOCK_M * bh,)
     if persistent:  # one program an SM (the shared memory of one)
         sms = sm_count(q.device.index) if q.is_cuda else SMS_OFFLINE
