@@ -27,8 +27,9 @@ causal 0.78-0.90x SDPA against 0.995-1.055x: a static ``program_id + k programs`
 longest-first only within a head group leaves some programs all the long items, which the hardware's dynamic
 placement of one program an item does not.
 
-At 4096 not causal an item is 32 key tiles and costs about 2 more at its ends, where both consumers are off the
-tensor cores: the first S product and softmax with nothing to overlap, the last P V alone, then the epilogue.
+At 4096 not causal an item is 32 key tiles and, by the H200's TFLOP/s (608-617 there, 634-642 at 16384), costs
+about 2 more: presumably at its ends, where both consumers are off the tensor cores (the first S product and
+softmax with nothing to overlap, the last P V alone, then the epilogue), since the persistent grid did not help.
 ``*_tmao`` configs (``TMA_O``, 8th field) write O through shared memory and a TMA store (FA3's epilogue): 8
 ``stmatrix`` a thread where plain stores were 32 scattered 4-byte ones, and the store is waited for only before
 its tile is written again (a persistent program's next item) or at the program's end; 32 KB more shared memory
