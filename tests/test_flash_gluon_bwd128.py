@@ -27,8 +27,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
         ("d128", 0, False, "float16"),  # the fp16 layer: the same config, registers and spills as bf16
         ("d128_dq2", 0, False, "bfloat16"),
         ("d128_s3", 0, False, "bfloat16"),
-        ("d128_dvl", 0, False, "bfloat16"),
-        ("d128_dkh", 0, False, "bfloat16"),
         ("d128", 2, False, "bfloat16"),
         ("d128", 2, True, "bfloat16"),
     ],  # fmt: skip

@@ -13,9 +13,8 @@ backward, the two consumer warpgroups compute dQ themselves:
   half of dQ = dS K (``DQ_COLS`` columns of d), added into the fp32 dQ buffer by an asynchronous TMA reduce.
 
 dK is issued before dS^T is shared, so it runs while the warpgroups wait for each other; every product of a tile is
-waited for at its end (``ORDER`` 0). ``ORDER`` 1 issues dV after dQ and 2 dK's second 64-column half, so that a
-product runs while dQ is staged. (dK issued after dQ and left in flight into the next tile needs more registers
-than 240: ptxas serializes the wgmma instructions, C7512.)
+waited for at its end. (dK issued after dQ and left in flight into the next tile needs more registers than 240:
+ptxas serializes the wgmma instructions, C7512.)
 
 Grouped-query heads (``GQA``): a program loops over the query heads that read its K/V head, so dK and dV keep one
 writer; or, with ``SPLIT_GQA`` (causal), a program per query head writes that head's dK and dV in fp32 and the
@@ -36,9 +35,11 @@ kernels alone, ms, SDPA in the same process, two calls, 2026-11-28): ``d128`` ca
 on; results/attention/screen_bwd128_final.jsonl, screen_bwd128_ld_smem.jsonl). L and D came from global memory
 in each consumer before (0.82-0.91x, 470-490 TFLOP/s): ncu (causal 16384) put a third of the consumers' stall
 samples on those loads, which L2 served late under the dQ reductions (L2 71% busy), and on ~236 bytes of spilled
-address registers reloaded every tile (84 left). ``d128_dvl`` 0.96-1.02x and ``d128_dkh`` 0.95-1.03x (ahead only
-at causal 65536); two dQ staging tiles (``d128_dq2``) and a 3-stage ring (``d128_s3``) were within 0.03x before. Not kept (commit
-0f0b728): dK issued after dQ, as FA3 issues it (0.90-0.99x), and ``d128_dvl`` with two staging tiles (0.90-1.01x).
+address registers reloaded every tile (84 left). Two dQ staging tiles (``d128_dq2``) and a 3-stage ring
+(``d128_s3``) were within 0.03x before. Not kept (commit 31e9378): products issued after dQ so that one runs while
+dQ is staged: dV (``d128_dvl``, 0.96-1.02x on the H100, 0.94-0.99x on an H200 at 4096 where ``d128`` was
+0.98-0.99x) or dK's second 64-column half (``d128_dkh``, 0.95-1.03x). Not kept (commit 0f0b728): dK issued after
+dQ, as FA3 issues it (0.90-0.99x), and ``d128_dvl`` with two staging tiles (0.90-1.01x).
 Not kept (commit bc5faac): each consumer's dQ over its own 64 keys and every column, no dS^T exchange, so
 the consumers need not wait for each other: 0.71-0.76x (twice the dQ reduce traffic into a busy L2). Not kept
 (commit 70105f5): each tile's dQ product one tile later: 0.76-0.87x, with ~500 bytes of spilled scalars. Not kept
@@ -77,11 +78,9 @@ HEAD_DIM = 128
 # load warp rounded up to a warpgroup), each allocated maxnreg registers at launch; DQ_BUFS fp32 dQ staging tiles
 # a consumer (2: the reduce of the last tile need not be done before this tile's dQ is staged)
 CONFIGS = {
-    "d128": (2, 168, 240, 24, 1, 0),
-    "d128_dq2": (2, 168, 240, 24, 2, 0),
-    "d128_s3": (3, 168, 240, 24, 1, 0),
-    "d128_dvl": (2, 168, 240, 24, 1, 1),
-    "d128_dkh": (2, 168, 240, 24, 1, 2),
+    "d128": (2, 168, 240, 24, 1),
+    "d128_dq2": (2, 168, 240, 24, 2),
+    "d128_s3": (3, 168, 240, 24, 1),
 }
 DEFAULT = "d128"
 HEAD_GROUP = 1  # launch order: heads one after another
@@ -120,7 +119,6 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.conste
 @gluon.jit
 def _tile(
     t, i, q_row0, dk, dv, a, C: gl.constexpr, MASK: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr,
-    ORDER: gl.constexpr,
 ):  # fmt: skip
     """Query tile ``i`` of the query head at row ``q_row0`` (the program's ``t``-th tile) for consumer ``C``: dV, dK
     accumulated, its half of dS^T shared, its half of dQ reduced."""
@@ -155,18 +153,12 @@ def _tile(
         cols = start_m + gl.arange(0, BM, layout=col_layout)
         p_t = gl.where(cols[None, :] >= rows[:, None], p_t, 0.0)
     p_op = gl.convert_layout(p_t.to(dtype), p_layout)
-    if ORDER != 1:
-        dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
+    dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
     delta = d_smem.index(stage).reshape([BM]).load(col_layout) * sm_scale
-    dp_t = warpgroup_mma_wait(num_outstanding=0 if ORDER == 1 else 1, deps=(dp_t,))  # dV in flight, if issued
+    dp_t = warpgroup_mma_wait(num_outstanding=1, deps=(dp_t,))
     ds = (p_t * (dp_t * sm_scale - delta[None, :])).to(dtype)  # dS carries the softmax scale
-    if ORDER == 2:  # dK in two 64-column halves: one runs while dS^T is shared, the other while dQ is staged
-        HALF: gl.constexpr = D_HEAD // 2
-        ds_op = gl.convert_layout(ds, gl.DotOperandLayout(operand_index=0, parent=acc_layout(HALF), k_width=2))
-        dk0 = warpgroup_mma(ds_op, q_s.slice(0, HALF, dim=1), dk[0], is_async=True)
-    else:
-        ds_op = gl.convert_layout(ds, p_layout)
-        dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)  # runs while dS^T is shared
+    ds_op = gl.convert_layout(ds, p_layout)
+    dk = warpgroup_mma(ds_op, q_s, dk, is_async=True)  # runs while dS^T is shared
     ds_smem.index(b).slice(C * KEYS, KEYS, dim=0).store(ds)
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(b), count=1)
@@ -175,81 +167,52 @@ def _tile(
         ds_smem.index(b).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
         gl.zeros([BM, DQ_COLS], gl.float32, q_layout), use_acc=False, is_async=True,
     )  # fmt: skip
-    if ORDER == 0:
-        dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
-        mbarrier.arrive(empty.index(stage), count=1)
-    else:  # dV (ORDER 1) or dK's second half (2) issued after dQ: it runs while dQ is staged and reduced
-        if ORDER == 1:
-            dv = warpgroup_mma(p_op, do_s, dv, is_async=True)
-        else:
-            dk1 = warpgroup_mma(ds_op, q_s.slice(HALF, HALF, dim=1), dk[1], is_async=True)
-        dq = warpgroup_mma_wait(num_outstanding=1, deps=(dq,))
+    dk, dv, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, dq, p_op, ds_op))
+    mbarrier.arrive(empty.index(stage), count=1)
     buf = dq_smem.index(C * DQ_BUFS + t % DQ_BUFS)
     tma.store_wait(pendings=DQ_BUFS - 1)  # the reduce DQ_BUFS tiles back has read this buffer
     buf.store(dq)
     fence_async_shared()
     tma_reduce_add(dq_desc, [q_row0 + start_m, C * DQ_COLS], buf)
-    if ORDER == 1:
-        dk, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv, p_op, ds_op))
-        mbarrier.arrive(empty.index(stage), count=1)
-    elif ORDER == 2:
-        dk0, dk1, dv, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dk0, dk1, dv, p_op, ds_op))
-        dk = (dk0, dk1)
-        mbarrier.arrive(empty.index(stage), count=1)
     return dk, dv
 
 
 @gluon.jit
 def _consumer(
-    a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr,
-    ORDER: gl.constexpr,
+    a, C: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr
 ):  # fmt: skip
     """One warpgroup: dK, dV of keys ``start_n + 64 C ...`` over every query tile that sees them."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
     D_HEAD: gl.constexpr = q_desc.block_type.shape[1]
     d_layout: gl.constexpr = acc_layout(D_HEAD)
-    HALF: gl.constexpr = D_HEAD // 2
-    h_layout: gl.constexpr = acc_layout(HALF)
-    if ORDER == 2:  # dK in 64-column halves
-        dk = (gl.zeros([KEYS, HALF], gl.float32, h_layout), gl.zeros([KEYS, HALF], gl.float32, h_layout))
-    else:
-        dk = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
+    dk = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
     dv = gl.zeros([KEYS, D_HEAD], gl.float32, d_layout)
     mbarrier.wait(kv_bar, 0)
     if GQA == 1:
         first = 0
         if IS_CAUSAL:  # the first 2 tiles cross some consumer's diagonal: masked; the rest need no mask
             for i in range(2):
-                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER)
+                dk, dv = _tile(i, i, row0, dk, dv, a, C, True, STAGES, DQ_BUFS)
             first = 2
         for i in range(first, num_m):
-            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER)
+            dk, dv = _tile(i, i, row0, dk, dv, a, C, False, STAGES, DQ_BUFS)
     else:
         for h in range(GQA):  # dK, dV sum over the query heads that read these keys
             q_row0 = row0 * GQA + h * N_CTX
             first = 0
             if IS_CAUSAL:
                 for i in range(2):
-                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS, ORDER)
+                    dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, True, STAGES, DQ_BUFS)
                 first = 2
             for i in range(first, num_m):
-                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS, ORDER)
-    if ORDER == 2:
-        dk = warpgroup_mma_wait(num_outstanding=0, deps=dk)
-    else:
-        dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
+                dk, dv = _tile(h * num_m + i, i, q_row0, dk, dv, a, C, False, STAGES, DQ_BUFS)
+    dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
     tma.store_wait(pendings=0)
     rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, d_layout))
     cols = gl.arange(0, D_HEAD, layout=gl.SliceLayout(0, d_layout))
     off = rows.to(gl.int64)[:, None] * D_HEAD + cols[None, :]
-    if ORDER == 2:
-        h_rows = row0 + start_n + C * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, h_layout))
-        h_off = h_rows.to(gl.int64)[:, None] * D_HEAD + gl.arange(0, HALF, layout=gl.SliceLayout(0, h_layout))[None, :]
-        gl.store(DK + h_off, dk[0].to(DK.dtype.element_ty))
-        gl.store(DK + h_off + HALF, dk[1].to(DK.dtype.element_ty))
-    else:
-        gl.store(DK + off, dk.to(DK.dtype.element_ty))  # fp32 partial sums with SPLIT
+    gl.store(DK + off, dk.to(DK.dtype.element_ty))  # fp32 partial sums with SPLIT
     gl.store(DV + off, dv.to(DV.dtype.element_ty))
 
 
@@ -257,7 +220,7 @@ def _consumer(
 def _flash_bwd128_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, L, D, sm_scale, N_CTX,
     IS_CAUSAL: gl.constexpr, HEAD_GROUP: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr, ORDER: gl.constexpr,
+    LOAD_REGS: gl.constexpr, DQ_BUFS: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.constexpr,
 ):  # fmt: skip
     """One program per 128 keys of a K/V head (two consumer warpgroups), over the query tiles of the ``GQA`` query
     heads that read it; each query tile's dQ added into fp32 dQ in halves. ``SPLIT`` (with ``GQA`` 1): a program
@@ -302,8 +265,8 @@ def _flash_bwd128_kernel(
     a = (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
          kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX)  # fmt: skip
     gl.warp_specialize(
-        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER)),
-         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA, ORDER)),
+        [(_consumer, (a, 0, IS_CAUSAL, STAGES, DQ_BUFS, GQA)),
+         (_consumer, (a, 1, IS_CAUSAL, STAGES, DQ_BUFS, GQA)),
          (_load_partition, (a, STAGES, GQA, SPLIT))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
@@ -326,7 +289,7 @@ def launch_args(
 ):  # fmt: skip
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS);
     ``split``: grouped-query heads one program per query head, ``dk``, ``dv`` of the query heads' shape."""
-    stages, maxnreg, consumer_regs, load_regs, dq_bufs, order = CONFIGS[config] if isinstance(config, str) else config
+    stages, maxnreg, consumer_regs, load_regs, dq_bufs = CONFIGS[config] if isinstance(config, str) else config
     bh, n, d = q.shape
     group = bh // k.shape[0]
     if n % KEYS_PER_PROGRAM:
@@ -339,7 +302,7 @@ def launch_args(
     )  # fmt: skip
     split = split and group > 1
     consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), 1 if split else group,
-              group if split else 1, order)  # fmt: skip
+              group if split else 1)  # fmt: skip
     grid = (n // KEYS_PER_PROGRAM * (bh if split else k.shape[0]),)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
