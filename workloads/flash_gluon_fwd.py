@@ -406,9 +406,14 @@ def _item(w, s, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.const
 
 
 @gluon.jit
-def _load_persistent(s, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr):
-    """The load warp of a persistent program: per work item its Q tile once both consumers are done with the last
-    one (``q_free``), then its K and V tiles on through the same ring."""
+def _load_persistent(
+    s, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr,
+    Q_BUFS: gl.constexpr,
+):  # fmt: skip
+    """The load warp of a persistent program: per work item its Q tile once both consumers are done with the one
+    before in that buffer (``q_free``), then its K and V tiles on through the same ring. ``Q_BUFS`` 2 (pipelined
+    programs): item ``i``'s Q into buffer ``i % 2`` once item ``i - 2``'s S products are done, so it lands while
+    item ``i - 1`` runs; 1: the single Q tile, its barriers unindexed."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free, N_CTX,
      N_BH) = s  # fmt: skip
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -416,9 +421,13 @@ def _load_persistent(s, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, GQA: gl.c
     i = 0
     for w in range(gl.program_id(0), N_CTX // BM * N_BH, gl.num_programs(0)):
         a = _item(w, s, IS_CAUSAL, GQA, HEAD_GROUP)
-        mbarrier.wait(q_free, (i & 1) ^ 1)  # a fresh barrier passes phase 1 at once
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [a[12] + a[14], 0], q_bar, q_smem)
+        if Q_BUFS == 1:
+            free, landed, tile, phase = q_free, q_bar, q_smem, i & 1
+        else:
+            free, landed, tile, phase = q_free.index(i % 2), q_bar.index(i % 2), q_smem.index(i % 2), (i // 2) & 1
+        mbarrier.wait(free, phase ^ 1)  # a fresh barrier passes phase 1 at once
+        mbarrier.expect(landed, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [a[12] + a[14], 0], landed, tile)
         _load_kv(a, it, STAGES)
         it += a[15]
         i += 1
@@ -446,26 +455,6 @@ def _consumer_persistent(
         i += 1
     if TMA_O:
         tma.store_wait(pendings=0)
-
-
-@gluon.jit
-def _load_pipelined(s, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, GQA: gl.constexpr, HEAD_GROUP: gl.constexpr):
-    """``_load_persistent`` with two Q buffers: item ``i``'s Q into buffer ``i % 2`` once item ``i - 2``'s S
-    products are done, so it lands while item ``i - 1`` runs."""
-    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, ready, empty, Out, L, sm_scale, turn, q_free, N_CTX,
-     N_BH) = s  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
-    it = 0
-    i = 0
-    for w in range(gl.program_id(0), N_CTX // BM * N_BH, gl.num_programs(0)):
-        a = _item(w, s, IS_CAUSAL, GQA, HEAD_GROUP)
-        b = i % 2
-        mbarrier.wait(q_free.index(b), ((i // 2) & 1) ^ 1)  # a fresh barrier passes phase 1 at once
-        mbarrier.expect(q_bar.index(b), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [a[12] + a[14], 0], q_bar.index(b), q_smem.index(b))
-        _load_kv(a, it, STAGES)
-        it += a[15]
-        i += 1
 
 
 @gluon.jit
@@ -565,7 +554,7 @@ def _pipelined_program(
     gl.warp_specialize(
         [(_consumer_pipelined, (s, 0, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
          (_consumer_pipelined, (s, 1, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP)),
-         (_load_pipelined, (s, STAGES, IS_CAUSAL, GQA, HEAD_GROUP))],
+         (_load_persistent, (s, STAGES, IS_CAUSAL, GQA, HEAD_GROUP, 2))],
         [4, 1], [CONSUMER_REGS, LOAD_REGS],
     )  # fmt: skip
 
@@ -626,7 +615,7 @@ def _flash_gluon_fwd_kernel(
         gl.warp_specialize(
             [(_consumer_persistent, (s, 0, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP, TMA_O)),
              (_consumer_persistent, (s, 1, IS_CAUSAL, STAGES, SCHEDULE, GQA, HEAD_GROUP, TMA_O)),
-             (_load_persistent, (s, STAGES, IS_CAUSAL, GQA, HEAD_GROUP))],
+             (_load_persistent, (s, STAGES, IS_CAUSAL, GQA, HEAD_GROUP, 1))],
             [4, 1], [CONSUMER_REGS, LOAD_REGS],
         )  # fmt: skip
         return
