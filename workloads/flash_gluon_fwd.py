@@ -36,7 +36,10 @@ its tile is written again (a persistent program's next item) or at the program's
 (196 KB), so 2 stages. ``*_pipe`` configs (``PIPELINE``, 9th field; persistent, ``TMA_O``) pipeline across items:
 Q in two buffers, so the next item's Q lands during this one, and each consumer issues the next item's first S
 product before this item's epilogue, so the tensor cores run while O is normalized and stored (224 KB of shared
-memory). Written without a GPU (compiled for sm_90 offline: no spills, no serialized or waited wgmma); not timed.
+memory). Timed on an H200 taking turns (results/attention/screen_fwd_tmao_h200.jsonl), SDPA's time over each:
+``n128_pingpong_tmao`` causal 4096 / 16384 / 65536 1.07 / 1.09 / 1.02, not causal 1.03 / 1.04 / 1.04, where
+``n128_pingpong`` was 1.03 / 1.07 / 1.01 and 1.00 / 1.03 / 1.00: the default since. The pipelined configs were
+within 0.02 of it not causal and 0.78-0.92x causal (the persistent walk's imbalance above), so not taken.
 
 16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
@@ -97,7 +100,7 @@ CONFIGS = {
 }
 SMS_OFFLINE = 132  # an H100 SXM's SMs: the persistent grid of a compile without a GPU
 PERSISTENT_PROGRAMS: int | None = None  # the persistent grid's size at most (None: the GPU's SMs)
-DEFAULT = "n128_pingpong"
+DEFAULT = "n128_pingpong_tmao"
 HEAD_GROUP = 2  # launch order: heads in groups of this many, longest tiles of a group first
 
 

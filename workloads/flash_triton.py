@@ -156,8 +156,9 @@ DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstrin
 FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inputs on Hopper)
 # head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper, lengths a multiple of 128 (others: Triton):
 # d 128 (H100, 1x16 heads, bf16, seq 4096-65536, causal and not; benchmarks/results/attention/screen_d128.jsonl):
-# FA3's ping-pong ran at 1.02x SDPA's speed (geometric mean), the Triton kernel at 0.78x
-FWD_GLUON: dict[int, str] = {128: "n128_pingpong"}
+# FA3's ping-pong ran at 1.02x SDPA's speed (geometric mean), the Triton kernel at 0.78x; with O stored by TMA
+# (H200, taking turns; screen_fwd_tmao_h200.jsonl) 1.02-1.09x where without it 1.00-1.07x
+FWD_GLUON: dict[int, str] = {128: "n128_pingpong_tmao"}
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
