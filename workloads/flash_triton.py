@@ -2,9 +2,9 @@
 
 Layout: inputs ``(batch, seq, d)`` or ``(batch, heads, seq, d)`` are flattened
 to ``(batch*heads, seq, d)`` contiguous. ``d`` must be a power of two from 16
-to 256 (``tl.dot`` tiles); the sequence length is free: loads are masked when
-it is not a multiple of the tiles (``EVEN`` is a constexpr, so the common case
-pays nothing).
+to 256 (``tl.dot`` tiles; 256 takes smaller tiles, ``WIDE_CONFIGS``, to fit shared
+memory); the sequence length is free: loads are masked when it is not a multiple
+of the tiles (``EVEN`` is a constexpr, so the common case pays nothing).
 
 - Forward: one program per query tile; fp32 accumulators, online
   softmax in base 2 (the scale is folded into ``log2(e)``), output in the input
@@ -150,6 +150,12 @@ else:
     DKDV_CONFIGS = [_cfg(64, 64, 4, 2, 168), _cfg(64, 64, 4, 3), _cfg(64, 128, 8, 3), _cfg(128, 128, 8, 2)]
     DQ_CONFIGS = [_cfg(128, 64, 4, 3), _cfg(64, 64, 4, 3), _cfg(128, 64, 8, 3)]
 FP32_CONFIGS = [_cfg(32, 32, 4, 2), _cfg(64, 64, 4, 2)]  # fp32 tiles take twice the shared memory
+# Head dim 256: every tile above needs more shared memory than Hopper's 227 KB (offline sm_90 compiles, bf16: dK/dV
+# 64x64 in 3 stages 329 KB, dQ 256 KB; fp32 dK/dV 32x32 228.25 KB). Each kernel fits at least one of these (bf16:
+# dK/dV 64x64 in 1 stage 128 KB, dQ 64x64 in 2 stages 192 KB, forward 160 KB; fp32: dK/dV 32x32 in 1 stage 196 KB);
+# autotuning skips those that do not (tests/test_attention.py::test_head_dim_256_tiles_fit_hopper_shared_memory)
+WIDE_CONFIGS = [_cfg(64, 64, 4, 1), _cfg(64, 64, 4, 2), _cfg(32, 32, 4, 2)]
+WIDE_FP32_CONFIGS = [_cfg(32, 32, 4, 1), _cfg(16, 16, 4, 2)]
 
 
 DEFAULT_BWD = "gluon_ws"  # for 16-bit inputs on Hopper; see the module docstring
@@ -195,17 +201,21 @@ def _hooked(configs):
     ]
 
 
-FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS = map(
-    _hooked, (FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS)
+FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS, WIDE_CONFIGS, WIDE_FP32_CONFIGS = map(
+    _hooked, (FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS, FP32_CONFIGS, WIDE_CONFIGS, WIDE_FP32_CONFIGS)
 )
 
 
 def _prune(configs, named_args, **kwargs):
-    """Drop tiles much larger than the sequence and, for d >= 128, the register-hungry and register-capped ones."""
+    """Drop tiles much larger than the sequence and, for d >= 128, the register-hungry and register-capped ones;
+    fp32 inputs and head dims above 128 take their own lists (shared memory)."""
     n = named_args["N_CTX"]
     d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
     cap = max(16, triton.next_power_of_2(n))
-    if named_args["Q"].dtype == torch.float32 and not INTERPRET:
+    fp32 = named_args["Q"].dtype == torch.float32
+    if d is not None and d > 128 and not INTERPRET:
+        configs = WIDE_FP32_CONFIGS if fp32 else WIDE_CONFIGS
+    elif fp32 and not INTERPRET:
         configs = FP32_CONFIGS
     kept = [c for c in configs if c.kwargs["BLOCK_M"] <= cap and c.kwargs["BLOCK_N"] <= cap]
     if kwargs.get("DQ_MODE") == 1:  # fewer, larger query tiles: fewer atomics
