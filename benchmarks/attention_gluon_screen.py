@@ -1,8 +1,9 @@
-"""Screen of the head-dim-128 Gluon kernels against SDPA in one process (issue 26).
+"""Screen of the head-dim-128 (and 256) Gluon kernels against SDPA in one process (issue 26).
 
 For each mask and length (1x16 heads, d 128, bf16): SDPA's forward and backward, the Triton forward and the
-``tma`` backward, every ``flash_gluon_fwd`` config and every ``flash_gluon_bwd128`` config. Each of ours is checked
-against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms; the
+``tma`` backward, every ``flash_gluon_fwd`` config and every ``flash_gluon_bwd128`` config. ``--d-head 256``: the
+forward configs that fit shared memory there (``flash_gluon_fwd.fits``) and no Gluon backward (d 128 only). Each
+of ours is checked against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms; the
 candidates of a kind taking turns, ``--rounds``, as ``attention_bench.time_interleaved`` explains). Prints a table of
 SDPA's time over each (above 1: ours faster) and writes, with ``--best``, the fastest config of each kind that was
 correct in every case, as ``FLASH_TRITON_CONFIGS`` takes it (``fwd_gluon``, ``bwd_gluon128``; none where no Gluon
@@ -42,9 +43,9 @@ def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
-def probe(kind: str, name: str, causal: bool) -> float:
+def probe(kind: str, name: str, causal: bool, d: int = 128) -> float:
     """Max relative error of one config against fp32 math attention at 2x1024 (O and L, or dQ, dK, dV)."""
-    heads, n, d = 2, 1024, 128
+    heads, n = 2, 1024
     gen = torch.Generator(device="cuda").manual_seed(7)
     q, k, v, do = (torch.randn(heads, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
     ref = [t.float().requires_grad_() for t in (q, k, v)]
@@ -64,18 +65,21 @@ def probe(kind: str, name: str, causal: bool) -> float:
     return max(_rel(g, r.grad) for g, r in zip(got, ref, strict=True))
 
 
-def _names(mod, configs, kind: str, kinds) -> list[str]:
-    """The configs of ``mod`` to screen: those named in ``configs`` (all where None), none if ``kind`` is left out."""
-    return [n for n in mod.CONFIGS if (configs is None or n in configs) and kind in kinds]
+def _names(mod, configs, kind: str, kinds, d: int = 128) -> list[str]:
+    """The configs of ``mod`` to screen: those named in ``configs`` (all where None) that take head dim ``d``, none if
+    ``kind`` is left out."""
+    fit = flash_gluon_fwd.fits if mod is flash_gluon_fwd else (lambda _, dim: dim == flash_gluon_bwd128.HEAD_DIM)
+    return [n for n in mod.CONFIGS if (configs is None or n in configs) and kind in kinds and fit(n, d)]
 
 
-def probe_all(path: str, limit: int, configs=None, kinds=("fwd", "bwd")) -> None:
+def probe_all(path: str, limit: int, configs=None, kinds=("fwd", "bwd"), d: int = 128) -> None:
     """Every config's probe in its own process, all at once, each within ``limit`` s; ``path``: the passed ones."""
     jobs = [(kind, name, causal) for kind, mod in (("fwd", flash_gluon_fwd), ("bwd", flash_gluon_bwd128))
-            for name in _names(mod, configs, kind, kinds) for causal in (True, False)]  # fmt: skip
+            for name in _names(mod, configs, kind, kinds, d) for causal in (True, False)]  # fmt: skip
     procs = [
-        subprocess.Popen([sys.executable, __file__, "--probe-one", kind, name, str(int(causal))], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        subprocess.Popen([sys.executable, __file__, "--probe-one", kind, name, str(int(causal)), str(d)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         for kind, name, causal in jobs
     ]  # fmt: skip
     passed = []
@@ -96,10 +100,9 @@ def probe_all(path: str, limit: int, configs=None, kinds=("fwd", "bwd")) -> None
 
 def screen_case(
     seq: int, causal: bool, heads: int, warmup: int, rep: int, allowed=None, kv_heads: int = 0, configs=None,
-    kinds=("fwd", "bwd"), head_groups=(0,), rounds: int = 5,
+    kinds=("fwd", "bwd"), head_groups=(0,), rounds: int = 5, d: int = 128,
 ) -> list[dict]:  # fmt: skip
     """Rows of one (seq, mask): kind fwd / bwd, impl, ms, TFLOP/s, error against the Triton kernels' result."""
-    d = 128
     kv = kv_heads or heads
     gen = torch.Generator(device="cuda").manual_seed(seq + causal)
     q, do = (torch.randn(1, heads, seq, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
@@ -134,7 +137,7 @@ def screen_case(
     o_ref, lse_ref = ft.forward_kernels(q3, k3, v3, causal, tma=False)  # the Triton forward
     if "fwd" in kinds:
         add("triton", lambda: ft.forward_kernels(q3, k3, v3, causal, tma=False))
-    for name in _names(flash_gluon_fwd, configs, "fwd", kinds):
+    for name in _names(flash_gluon_fwd, configs, "fwd", kinds, d):
         if allowed is not None and ["fwd", name, causal] not in allowed:
             continue
         o, lse = torch.empty_like(q3), torch.empty(heads, seq, device="cuda", dtype=torch.float32)
@@ -158,7 +161,7 @@ def screen_case(
     add("triton", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma"))
     kept = ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA
     ft.BWD_GLUON128_GQA = True
-    for name in _names(flash_gluon_bwd128, configs, "bwd", kinds):
+    for name in _names(flash_gluon_bwd128, configs, "bwd", kinds, d):
         if allowed is not None and ["bwd", name, causal] not in allowed:
             continue
         splits = (False, True) if kv != heads else (None,)
@@ -185,7 +188,7 @@ def screen_case(
     return rows
 
 
-def best_configs(rows: list[dict]) -> dict:
+def best_configs(rows: list[dict], d: int = 128) -> dict:
     """Per kind, the Gluon config correct in every case with the highest geometric mean of SDPA's time over its
     own, if that beats the Triton kernel's; as FLASH_TRITON_CONFIGS entries, with the means."""
     sdpa = {(r["kind"], r["seq"], r["causal"]): r["ms"] for r in rows if r["impl"] == "sdpa"}
@@ -199,7 +202,7 @@ def best_configs(rows: list[dict]) -> dict:
         gluon = {i: m for (k, i), m in means.items() if k == kind and i.startswith("gluon:") and "/" not in i}
         if gluon and max(gluon.values()) > means.get((kind, "triton"), 0.0):
             name = max(gluon, key=gluon.get).removeprefix("gluon:")
-            out[key] = {"128": name} if kind == "fwd" else name
+            out[key] = {str(d): name} if kind == "fwd" else name
     return out
 
 
@@ -207,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seq", nargs="+", type=int, default=[4096, 16384])
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--d-head", type=int, default=128, choices=[128, 256], help="head dim (256: forward configs only)")
     p.add_argument("--kv-heads", type=int, default=0, help="K/V heads, a divisor of --heads (0: as many)")
     p.add_argument("--configs", nargs="+", default=None, help="only these configs (default: every one)")
     p.add_argument("--kinds", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])
@@ -219,14 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe", default=None, help="only probe every config (own processes); JSON of those passed")
     p.add_argument("--probe-limit", type=int, default=150, help="seconds a probe may take, compile included")
     p.add_argument("--probed", default=None, help="screen only the configs this --probe file lists")
-    p.add_argument("--probe-one", nargs=3, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--probe-one", nargs=4, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe_one:
-        kind, name, causal = args.probe_one
-        print(f"err {probe(kind, name, causal == '1'):.3e}")
+        kind, name, causal, d = args.probe_one
+        print(f"err {probe(kind, name, causal == '1', int(d)):.3e}")
         return 0
     if args.probe:
-        probe_all(args.probe, args.probe_limit, args.configs, args.kinds)
+        probe_all(args.probe, args.probe_limit, args.configs, args.kinds, args.d_head)
         return 0
     allowed = None
     if args.probed:
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     for causal in (True, False):
         for seq in args.seq:
             rows += screen_case(seq, causal, args.heads, args.warmup, args.rep, allowed, args.kv_heads, args.configs,
-                                args.kinds, args.bwd_head_groups, args.rounds)  # fmt: skip
+                                args.kinds, args.bwd_head_groups, args.rounds, args.d_head)  # fmt: skip
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -247,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         ratio = sdpa[r["kind"], r["seq"], r["causal"]] / r["ms"]
         print(f"| {r['kind']} | {r['causal']} | {r['seq']} | {r['impl']} | {r['ms']:.3f} | {r['tflops']:.0f} | "
               f"{ratio:.3f} | {r['err']:.1e} |")  # fmt: skip
-    best = best_configs(rows)
+    best = best_configs(rows, args.d_head)
     print(json.dumps(best))
     if args.best:
         with open(args.best, "w", encoding="utf-8") as f:

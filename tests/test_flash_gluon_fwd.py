@@ -49,6 +49,38 @@ def test_compiles_for_sm90_without_spills(tmp_path, config, causal, dtype):
 
 
 @pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+@pytest.mark.parametrize(
+    ("config", "causal", "dtype"), [("d256_pingpong", True, "bfloat16"), ("d256_fa3", False, "float16")]
+)
+def test_head_dim_256_configs_compile_for_sm90_without_spills(tmp_path, config, causal, dtype):
+    """At d 256 (O alone takes 128 registers a consumer thread) the 64-key configs fit 227 KB and registers."""
+    import torch
+    from profiler_kit.workloads import flash_gluon_fwd as g
+
+    compiled = g.compile_sm90(config, n=1024, d=256, is_causal=causal, dtype=getattr(torch, dtype))
+    assert compiled.metadata.shared <= g.SHARED_MEMORY, compiled.metadata.shared
+    spills, log = ptxas_spills(compiled.asm["ptx"], tmp_path)
+    assert spills and max(spills) == 0, log
+
+
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+def test_configs_that_fit_each_head_dim():
+    """``fits`` counts Q, the K/V ring and O's staging tiles: every config fits d 64 and 128 (the largest, 3 stages or
+    a pipelined program's two Q tiles, 224 KB), only the 64-key 2-stage ones d 256; a config that does not fit is
+    refused before it reaches the compiler."""
+    import torch
+    from profiler_kit.workloads import flash_gluon_fwd as g
+
+    assert all(g.fits(c, 64) and g.fits(c, 128) for c in g.CONFIGS)
+    assert [c for c in g.CONFIGS if g.fits(c, 256)] == ["d256_pingpong", "d256_fa3"]
+    q = torch.empty(2, 256, 256, dtype=torch.bfloat16)
+    lse = torch.empty(2, 256, dtype=torch.float32)
+    with pytest.raises(ValueError, match="shared memory at d 256"):
+        g.launch_args(q, q, q, q, lse, 0.1, True, "n128_pingpong")
+    assert g.launch_args(q, q, q, q, lse, 0.1, True, "d256_pingpong")[0] == (4,)
+
+
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
 def test_pipelined_config_needs_a_persistent_program_with_tma_stores():
     """A pipelined program (9th field) is persistent and stores O by TMA: a tuple asking for it otherwise is refused."""
     import torch
@@ -110,7 +142,8 @@ def test_persistent_programs_walk_every_item(causal, kv_heads, programs, monkeyp
 
 @pytest.mark.skipif(not gluon_available() or not sm90(), reason="needs a CUDA sm_90 GPU")
 @pytest.mark.parametrize(("d", "causal", "dtype", "kv_heads"), [(128, True, "bfloat16", 4), (128, False, "float16", 2),
-                                                                (64, True, "bfloat16", 4), (64, False, "bfloat16", 1)])  # fmt: skip
+                                                                (64, True, "bfloat16", 4), (64, False, "bfloat16", 1),
+                                                                (256, True, "bfloat16", 2), (256, False, "float16", 4)])  # fmt: skip
 def test_matches_fp32_attention_within_sdpa_error(d, causal, dtype, kv_heads):
     import torch
     from profiler_kit.workloads import flash_gluon_fwd as g
@@ -128,7 +161,7 @@ def test_matches_fp32_attention_within_sdpa_error(d, causal, dtype, kv_heads):
     ref_o, ref_l = torch.softmax(s, -1) @ vr, torch.logsumexp(s, -1)
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=group > 1)
     want = ((sdpa.float() - ref_o).norm() / ref_o.norm()).item()
-    for config in g.CONFIGS:
+    for config in [c for c in g.CONFIGS if g.fits(c, d)]:
         o = torch.empty_like(q)
         lse = torch.empty(heads, n, device="cuda", dtype=torch.float32)
         for _ in range(2):  # the first launch compiles, the second calls the compiled kernel directly

@@ -41,8 +41,10 @@ memory). Timed on an H200 taking turns (results/attention/screen_fwd_tmao_h200.j
 ``n128_pingpong`` was 1.03 / 1.07 / 1.01 and 1.00 / 1.03 / 1.00: the default since. The pipelined configs were
 within 0.02 of it not causal and 0.78-0.92x causal (the persistent walk's imbalance above), so not taken.
 
-16-bit inputs, head dim 64 or 128, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
-(``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so.
+16-bit inputs, head dim 64, 128 or 256, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
+(``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so. At d 256
+only the ``d256_*`` configs fit shared memory (``fits``: 64-key tiles in 2 stages, 192 KB; compiled offline without
+spills, not yet run on a GPU), so ``FWD_GLUON`` has no d 256 entry.
 
 At 1x16 heads, d 128, bf16 on an H100 (forward only, ``benchmarks/attention_gluon_screen.py``, SDPA in the same
 process; results/attention/screen_d128.jsonl), ``n128_pingpong`` against SDPA, ms: causal 4096 / 16384 / 65536
@@ -97,7 +99,11 @@ CONFIGS = {
     # persistent, the next item's first S product issued before this item's epilogue, Q in two buffers (9th field)
     "n128_pingpong_pipe": (128, 2, 168, 240, 24, PINGPONG, True, True, True),
     "n128_fa3_pipe": (128, 2, 168, 240, 24, FA3, True, True, True),
+    # head dim 256: 64-key tiles in 2 stages are what fits shared memory (192 KB; see ``fits``)
+    "d256_pingpong": (64, 2, 168, 240, 24, PINGPONG),
+    "d256_fa3": (64, 2, 168, 240, 24, FA3),
 }
+SHARED_MEMORY = 227 * 1024  # bytes of shared memory a program may take on an H100 or H200
 SMS_OFFLINE = 132  # an H100 SXM's SMs: the persistent grid of a compile without a GPU
 PERSISTENT_PROGRAMS: int | None = None  # the persistent grid's size at most (None: the GPU's SMs)
 DEFAULT = "n128_pingpong_tmao"
@@ -631,14 +637,23 @@ def _flash_gluon_fwd_kernel(
     )  # fmt: skip
 
 
+def fits(config, d: int) -> bool:
+    """Whether ``config``'s tiles fit a program's shared memory at head dim ``d``: its Q tiles (two when pipelined),
+    the K/V ring and O's two 64-row staging tiles (``TMA_O``), 16-bit, with 1 KB left for the barriers."""
+    bn, stages, *_ = fields = CONFIGS[config] if isinstance(config, str) else config
+    tma_o, pipeline = bool(fields[7:8] and fields[7]), bool(fields[8:9] and fields[8])
+    rows = BLOCK_M * (2 if pipeline else 1) + 2 * stages * bn + (BLOCK_M if tma_o else 0)
+    return 2 * rows * d <= SHARED_MEMORY - 1024
+
+
 def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
-    """The inputs this kernel handles: 16-bit on Hopper, head dim 64 or 128, whole 128-row programs."""
+    """The inputs this kernel handles: 16-bit on Hopper, head dim 64, 128 or 256, whole 128-row programs."""
     bh, n, d = q.shape
     return (
         q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
         and k.dtype == q.dtype
-        and d in (64, 128)
+        and d in (64, 128, 256)
         and n % BLOCK_M == 0
         and all(t.data_ptr() % 16 == 0 for t in (q, k))  # TMA tiles start 16-byte aligned
         and capability(q.device.index)[0] == 9
@@ -658,6 +673,8 @@ def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GR
     bh, n, d = q.shape
     if n % BLOCK_M:
         raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
+    if not fits(config, d):
+        raise ValueError(f"config {config}: its tiles take more than {SHARED_MEMORY} bytes of shared memory at d {d}")
     out = tensor_desc(o, (BLOCK_M // 2, d)) if tma_o else o  # TMA_O: a tile of 64 rows a consumer
     args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), out, lse, sm_scale, n, bh)
     consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule), tma_o,

@@ -189,7 +189,8 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DQ_CONFIGS = [_cfg(*c) for c in _override.get("dq", [])] or DQ_CONFIGS
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
     FWD_TMA = _override.get("fwd_tma", FWD_TMA)
-    FWD_GLUON = {int(d): c for d, c in _override.get("fwd_gluon", FWD_GLUON).items()}
+    FWD_GLUON = {**FWD_GLUON, **{int(d): c for d, c in _override.get("fwd_gluon", {}).items()}}  # per head dim,
+    FWD_GLUON = {d: c for d, c in FWD_GLUON.items() if c}  # null: the Triton forward there
     BWD_GLUON128 = _override.get("bwd_gluon128", BWD_GLUON128)
     BWD_GLUON128_GQA = _override.get("bwd_gluon128_gqa", BWD_GLUON128_GQA)
     FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
