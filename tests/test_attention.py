@@ -15,10 +15,9 @@ from profiler_kit.workloads.attention_bench import attention_flops
 from profiler_kit.workloads.flash_pytorch import FlashAttention2PyTorch, flash_forward
 
 from tests.attention_reference import reference_attention
-from tests.gluon_helpers import ptxas_spills
+from tests.gluon_helpers import gluon_available, ptxas_spills
 
 ROOT = Path(__file__).resolve().parent.parent
-HOPPER_SHARED_MEMORY = 232448  # bytes of shared memory a program may take on an H100 or H200 (227 KB)
 
 
 def _inputs(shape, seed, dtype=torch.float32):
@@ -167,27 +166,7 @@ def test_triton_head_dim_256_on_gpu_within_sdpa_error(causal):
         assert got[key] <= 1.5 * want[key] + 1e-4, (key, got, want)
 
 
-def _compile_sm90(kernel, args: tuple, consts: dict, config):
-    """``kernel`` (a Triton kernel under its autotune and heuristics wrappers) compiled for sm_90 without a GPU."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction, mangle_type
-
-    while not isinstance(kernel, JITFunction):
-        kernel = kernel.fn
-    names = kernel.arg_names
-    consts = {**consts, **config.kwargs, "EVEN": True}
-    sig = {n: mangle_type(a) for n, a in zip(names, args, strict=False)} | dict.fromkeys(
-        names[len(args) :], "constexpr"
-    )
-    constexprs = {(names.index(c),): consts[c] for c in names[len(args) :]}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
-    opts = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    return triton.compile(ASTSource(kernel, sig, constexprs, attrs), target=GPUTarget("cuda", 90, 128), options=opts)
-
-
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None or not gluon_available(), reason="needs triton (Gluon)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("kind", ["fwd", "dkdv", "dq"])
 def test_head_dim_256_tiles_fit_hopper_shared_memory(tmp_path, kind, dtype):
@@ -195,6 +174,7 @@ def test_head_dim_256_tiles_fit_hopper_shared_memory(tmp_path, kind, dtype):
     assembles without spills (the backward's d 64/128 tiles need up to 545 KB there: every trial failed, so a d 256
     backward raised OutOfResources on the GPU)."""
     from profiler_kit.workloads import flash_triton as ft
+    from profiler_kit.workloads import gluon_tiles
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     bh, n, d = 2, 4096, 256
@@ -221,9 +201,14 @@ def test_head_dim_256_tiles_fit_hopper_shared_memory(tmp_path, kind, dtype):
             "dkdv": (q,) * 8 + (dq, dq_desc, lse, lse, 0.1, n),
             "dq": (q,) * 5 + (lse, lse, 0.1, n),
         }[kind]
-        compiled = _compile_sm90(kernel, args, consts, config)
+        tile = {**consts, **config.kwargs, "EVEN": True}
+        pointers = [name for name, a in zip(kernel.arg_names, args, strict=False) if isinstance(a, torch.Tensor)]
+        compiled = gluon_tiles.compile_sm90(
+            kernel, args, tuple(tile[n] for n in kernel.arg_names[len(args) :]),
+            {"num_warps": config.num_warps, "num_stages": config.num_stages}, pointers,
+        )  # fmt: skip
         shared.append(compiled.metadata.shared)
-        if shared[-1] <= HOPPER_SHARED_MEMORY and max(ptxas_spills(compiled.asm["ptx"], tmp_path)[0]) == 0:
+        if shared[-1] <= gluon_tiles.SHARED_MEMORY and max(ptxas_spills(compiled.asm["ptx"], tmp_path)[0]) == 0:
             break
     else:
         pytest.fail(f"no tile fits without spills: shared memory {shared}")

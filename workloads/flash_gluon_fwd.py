@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import torch
 from profiler_kit.workloads import gluon_tiles
-from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order
+from profiler_kit.workloads.gluon_tiles import SHARED_MEMORY, acc_layout, tensor_desc, tile_order
 from profiler_kit.workloads.triton_launch import capability, launch_keyed, sm_count
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -103,7 +103,6 @@ CONFIGS = {
     "d256_pingpong": (64, 2, 168, 240, 24, PINGPONG),
     "d256_fa3": (64, 2, 168, 240, 24, FA3),
 }
-SHARED_MEMORY = 227 * 1024  # bytes of shared memory a program may take on an H100 or H200
 SMS_OFFLINE = 132  # an H100 SXM's SMs: the persistent grid of a compile without a GPU
 PERSISTENT_PROGRAMS: int | None = None  # the persistent grid's size at most (None: the GPU's SMs)
 DEFAULT = "n128_pingpong_tmao"
@@ -637,11 +636,17 @@ def _flash_gluon_fwd_kernel(
     )  # fmt: skip
 
 
+def _fields(config) -> tuple:
+    """A config (a name or a tuple of CONFIGS) with its optional fields filled in: (BLOCK_N, STAGES, maxnreg,
+    consumer regs, load regs, schedule, PERSISTENT, TMA_O, PIPELINE)."""
+    fields = CONFIGS[config] if isinstance(config, str) else config
+    return (*fields[:6], *(bool(f) for f in (*fields[6:], False, False, False)[:3]))
+
+
 def fits(config, d: int) -> bool:
     """Whether ``config``'s tiles fit a program's shared memory at head dim ``d``: its Q tiles (two when pipelined),
     the K/V ring and O's two 64-row staging tiles (``TMA_O``), 16-bit, with 1 KB left for the barriers."""
-    bn, stages, *_ = fields = CONFIGS[config] if isinstance(config, str) else config
-    tma_o, pipeline = bool(fields[7:8] and fields[7]), bool(fields[8:9] and fields[8])
+    bn, stages, *_, tma_o, pipeline = _fields(config)
     rows = BLOCK_M * (2 if pipeline else 1) + 2 * stages * bn + (BLOCK_M if tma_o else 0)
     return 2 * rows * d <= SHARED_MEMORY - 1024
 
@@ -662,12 +667,7 @@ def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GROUP):
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS)."""
-    bn, stages, maxnreg, consumer_regs, load_regs, schedule, *rest = (
-        CONFIGS[config] if isinstance(config, str) else config
-    )
-    persistent = bool(rest and rest[0])
-    tma_o = bool(rest[1:] and rest[1])
-    pipeline = bool(rest[2:] and rest[2])
+    bn, stages, maxnreg, consumer_regs, load_regs, schedule, persistent, tma_o, pipeline = _fields(config)
     if pipeline and not (persistent and tma_o):
         raise ValueError(f"config {config}: a pipelined program is persistent and stores O by TMA")
     bh, n, d = q.shape

@@ -189,8 +189,8 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     DQ_CONFIGS = [_cfg(*c) for c in _override.get("dq", [])] or DQ_CONFIGS
     DEFAULT_BWD = _override.get("bwd", DEFAULT_BWD)
     FWD_TMA = _override.get("fwd_tma", FWD_TMA)
-    FWD_GLUON = {**FWD_GLUON, **{int(d): c for d, c in _override.get("fwd_gluon", {}).items()}}  # per head dim,
-    FWD_GLUON = {d: c for d, c in FWD_GLUON.items() if c}  # null: the Triton forward there
+    _fwd_gluon = {**FWD_GLUON, **{int(d): c for d, c in _override.get("fwd_gluon", {}).items()}}  # per head dim
+    FWD_GLUON = {d: c for d, c in _fwd_gluon.items() if c}  # null: the Triton forward at that head dim
     BWD_GLUON128 = _override.get("bwd_gluon128", BWD_GLUON128)
     BWD_GLUON128_GQA = _override.get("bwd_gluon128_gqa", BWD_GLUON128_GQA)
     FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
@@ -215,9 +215,9 @@ def _prune(configs, named_args, **kwargs):
     d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
     cap = max(16, triton.next_power_of_2(n))
     fp32 = named_args["Q"].dtype == torch.float32
-    if d is not None and d > 128 and not INTERPRET:
+    if not INTERPRET and d is not None and d > 128:
         configs = WIDE_FP32_CONFIGS if fp32 else WIDE_CONFIGS
-    elif fp32 and not INTERPRET:
+    elif not INTERPRET and fp32:
         configs = FP32_CONFIGS
     kept = [c for c in configs if c.kwargs["BLOCK_M"] <= cap and c.kwargs["BLOCK_N"] <= cap]
     if kwargs.get("DQ_MODE") == 1:  # fewer, larger query tiles: fewer atomics

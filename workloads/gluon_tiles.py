@@ -12,6 +12,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+SHARED_MEMORY = 227 * 1024  # bytes of shared memory a program may take on an H100 or H200 (sm_90)
+
 
 @gluon.constexpr_function
 def acc_layout(cols):
@@ -77,18 +79,22 @@ def tensor_desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
 
 
 def compile_sm90(fn, args: tuple, consts: tuple, opts: dict, divisible: tuple[str, ...]):
-    """Compile the Gluon kernel ``fn`` for sm_90 without a GPU (the signature taken from CPU tensors in ``args``,
-    the pointer arguments ``divisible`` by 16): Triton's compiled kernel, with ``asm["ptx"]``, ``asm["cubin"]``
-    and ``metadata.shared``. No driver is needed; ptxas ships with Triton."""
+    """Compile the Gluon or Triton kernel ``fn`` for sm_90 without a GPU (the signature taken from CPU tensors in
+    ``args``, the pointer arguments ``divisible`` by 16; a Triton kernel may come under its autotune and heuristics
+    wrappers): Triton's compiled kernel, with ``asm["ptx"]``, ``asm["cubin"]`` and ``metadata.shared``. No driver
+    is needed; ptxas ships with Triton."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
+    from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+    from triton.runtime.jit import JITFunction, mangle_type
 
+    while not isinstance(fn, JITFunction):  # an Autotuner or Heuristics wrapper
+        fn = fn.fn
     names = fn.arg_names
     const_names = names[len(args) :]
     sig = {name: mangle_type(a) for name, a in zip(names, args, strict=False)} | dict.fromkeys(const_names, "constexpr")
     constexprs = {(names.index(c),): x for c, x in zip(const_names, consts, strict=True)}
     attrs = {(names.index(c),): [["tt.divisibility", 16]] for c in divisible}
-    src = GluonASTSource(fn, sig, constexprs, attrs)
+    src = (GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource)(fn, sig, constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={k: x for k, x in opts.items() if x})
