@@ -43,8 +43,10 @@ within 0.02 of it not causal and 0.78-0.92x causal (the persistent walk's imbala
 
 16-bit inputs, head dim 64, 128 or 256, lengths a multiple of 128, causal or not, grouped-query heads, Hopper only
 (``supported``); ``flash_triton.forward_kernels`` takes it only where ``flash_triton.FWD_GLUON`` says so. At d 256
-only the ``d256_*`` configs fit shared memory (``fits``: 64-key tiles in 2 stages, 192 KB; compiled offline without
-spills, not yet run on a GPU), so ``FWD_GLUON`` has no d 256 entry.
+only the ``d256_*`` configs fit shared memory (``fits``: 64-key tiles in 2 stages, 192 KB, no spills). Screened on
+an H200 in turns (1x16 heads, seq 4096 / 16384; results/attention/screen_fwd_d256_h200.jsonl), SDPA's time over
+each, causal / not causal: ``d256_pingpong`` 1.07 1.16 / 1.08 1.04, ``d256_fa3`` 1.06 1.10 / 1.03 1.04, the Triton
+forward 0.40-0.43 / 0.34-0.36: ``d256_pingpong`` is ``FWD_GLUON``'s d 256 entry.
 
 At 1x16 heads, d 128, bf16 on an H100 (forward only, ``benchmarks/attention_gluon_screen.py``, SDPA in the same
 process; results/attention/screen_d128.jsonl), ``n128_pingpong`` against SDPA, ms: causal 4096 / 16384 / 65536

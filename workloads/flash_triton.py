@@ -44,7 +44,9 @@ of the tiles (``EVEN`` is a constexpr, so the common case pays nothing).
 - At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``: a load warp and two consumer warpgroups
   in FlashAttention-3's ping-pong) and the backward's dK/dV/dQ kernel ``flash_gluon_bwd128`` (``BWD_GLUON128``):
   about 1.02x and 0.93-1.06x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.75x (issue 26,
-  H100, seq 4096-65536, causal and not; benchmarks/README.md).
+  H100, seq 4096-65536, causal and not; benchmarks/README.md). At head dim 256 the forward is
+  ``flash_gluon_fwd`` too (1.04-1.16x SDPA's speed on an H200, the Triton one 0.34-0.43x); its backward is the
+  Triton ``tma`` kernel's, with tiles that fit (``WIDE_CONFIGS``): 0.26-0.28x SDPA's (H200, seq 4096 and 16384).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 
@@ -164,8 +166,9 @@ FWD_TMA = False  # K/V tiles of the forward through TMA descriptors (16-bit inpu
 # head dim -> flash_gluon_fwd config for 16-bit inputs on Hopper, lengths a multiple of 128 (others: Triton):
 # d 128 (H100, 1x16 heads, bf16, seq 4096-65536, causal and not; benchmarks/results/attention/screen_d128.jsonl):
 # FA3's ping-pong ran at 1.02x SDPA's speed (geometric mean), the Triton kernel at 0.78x; with O stored by TMA
-# (H200, taking turns; screen_fwd_tmao_h200.jsonl) 1.02-1.09x where without it 1.00-1.07x
-FWD_GLUON: dict[int, str] = {128: "n128_pingpong_tmao"}
+# (H200, taking turns; screen_fwd_tmao_h200.jsonl) 1.02-1.09x where without it 1.00-1.07x; d 256 (H200, seq 4096
+# and 16384, causal and not; screen_fwd_d256_h200.jsonl): 1.04-1.16x SDPA's speed, the Triton forward 0.34-0.43x
+FWD_GLUON: dict[int, str] = {128: "n128_pingpong_tmao", 256: "d256_pingpong"}
 FWD_HEAD_GROUP = 2  # forward launch order: heads in groups of this many, longest tiles of a group first
 # structure of the dK/dV kernel (see _flash_bwd_dkdv_kernel); QDO_TMA applies on Hopper (and the interpreter) only
 # REORDER is off: with the 168-register cap ptxas serializes the wgmma instructions under it (run 8)
