@@ -158,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         with torch.autograd.set_multithreading_enabled(False):
             full()
 
+    def sdpa_single_thread():
+        with torch.autograd.set_multithreading_enabled(False):
+            sdpa_full()
+
     def gc_off():
         full()
 
@@ -177,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         "Lean Function + sum + backward": lambda: Lean.apply(q, k, v).sum().backward(),
         "trivial Python-backward Function + sum + backward": lambda: Twice.apply(q).sum().backward(),
         "sdpa + sum + backward": sdpa_full,
+        "sdpa, engine on calling thread": sdpa_single_thread,
     }
     results: dict = {
         "seq": n,

@@ -160,6 +160,30 @@ def test_triton_backward_of_sum_and_strided_grads(mode):
             torch.testing.assert_close(got.double(), ref[name], atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
+@pytest.mark.parametrize("mode", ["tma", "two_kernel"])
+def test_triton_heads_last_layout(mode):
+    """(batch, seq, heads, d) projections transposed to (batch, heads, seq, d), as models hand them over: not
+    contiguous, copied once; the kernels take the 4-D tensors as they are (no views), K/V with fewer heads, a dO
+    with the same transposed layout (its rows not mergeable: copied), and the grads come back in the leaves' layout."""
+    gen = torch.Generator().manual_seed(7)
+    q_ = torch.randn(2, 40, 4, 16, generator=gen, requires_grad=True)
+    k_, v_ = (torch.randn(2, 40, 2, 16, generator=gen, requires_grad=True) for _ in range(2))
+    q, k, v = (t.transpose(1, 2) for t in (q_, k_, v_))
+    do = torch.randn(2, 40, 4, 16, generator=gen).transpose(1, 2)
+    o = FlashAttention2Triton.apply(q, k, v, True, mode)
+    o.backward(do)
+    ref = reference_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), True, do.contiguous())
+    ref_k, ref_v = (ref[n].view(2, 2, 2, 40, 16).sum(2) for n in ("dk", "dv"))  # sums over each K/V head's group
+    assert o.shape == q.shape and q_.grad.shape == q_.shape and k_.grad.shape == k_.shape
+    torch.testing.assert_close(o.double(), ref["o"], atol=1e-5, rtol=1e-5)
+    for name, got, want in [("dq", q_.grad.transpose(1, 2), ref["dq"]), ("dk", k_.grad.transpose(1, 2), ref_k),
+                            ("dv", v_.grad.transpose(1, 2), ref_v)]:  # fmt: skip
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    o4, lse4 = forward_kernels(*(t.detach().contiguous() for t in (q, k, v)), True)
+    assert o4.shape == q.shape and lse4.shape == q.shape[:-1]
+    torch.testing.assert_close(o4, o.detach(), atol=0, rtol=0)
+
+
 @pytest.mark.parametrize(("batch", "heads", "kv_heads"), [(2, 4, 2), (1, 3, 1)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("mode", ["tma", "two_kernel"])  # "atomic" adds dQ as "tma" does, by elementwise atomics

@@ -57,7 +57,7 @@ from __future__ import annotations
 import torch
 from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
-from profiler_kit.workloads.triton_launch import capability, launch_keyed
+from profiler_kit.workloads.triton_launch import capability, launch_keyed, rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -274,7 +274,7 @@ def _flash_bwd128_kernel(
 
 def supported(q: torch.Tensor) -> bool:
     """The inputs this kernel handles: 16-bit on Hopper, head dim 128, whole 128-key programs."""
-    bh, n, d = q.shape
+    _, n, d = rows(q)
     return (
         q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
@@ -290,8 +290,9 @@ def launch_args(
     """The kernel's arguments, constexprs and launch options for one ``config`` (a name or a tuple of CONFIGS);
     ``split``: grouped-query heads one program per query head, ``dk``, ``dv`` of the query heads' shape."""
     stages, maxnreg, consumer_regs, load_regs, dq_bufs = CONFIGS[config] if isinstance(config, str) else config
-    bh, n, d = q.shape
-    group = bh // k.shape[0]
+    bh, n, d = rows(q)
+    bh_kv = rows(k)[0]
+    group = bh // bh_kv
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
     args = (
@@ -303,7 +304,7 @@ def launch_args(
     split = split and group > 1
     consts = (is_causal, head_group, stages, consumer_regs, load_regs, int(dq_bufs), 1 if split else group,
               group if split else 1)  # fmt: skip
-    grid = (n // KEYS_PER_PROGRAM * (bh if split else k.shape[0]),)
+    grid = (n // KEYS_PER_PROGRAM * (bh if split else bh_kv),)
     return grid, args, consts, {"num_warps": 4, "maxnreg": maxnreg}
 
 
@@ -314,8 +315,10 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
     ``(batch*kv_heads, seq, 128)`` k, v (query head ``h`` reads K/V head ``h // (heads // kv_heads)``; dK, dV are the
     sums over a K/V head's query heads: in one program, or with ``SPLIT_GQA`` each query head's in fp32, summed
     here); ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
+    Any leading dims may stand for ``batch*heads`` (``triton_launch.rows``).
     """
-    split = SPLIT_GQA["causal" if is_causal else "full"] and q.shape[0] != k.shape[0]
+    bh_kv, n, d = rows(k)
+    split = SPLIT_GQA["causal" if is_causal else "full"] and rows(q)[0] != bh_kv
     dk_out, dv_out = dk, dv
     if split:
         dk, dv = (torch.empty(q.shape, dtype=torch.float32, device=q.device) for _ in range(2))
@@ -328,14 +331,14 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
         return grid, args, dict(zip(names, consts, strict=True)) | opts
 
     # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
-    key = (_flash_bwd128_kernel, q.device.index, q.dtype, tuple(q.shape), k.shape[0], sm_scale, is_causal,
+    key = (id(_flash_bwd128_kernel), q.device.index, q.dtype, q.shape, k.shape, sm_scale, is_causal,
            config if isinstance(config, str) else tuple(config), head_group, split,
            *(t.data_ptr() for t in (q, k, v, do, dq, lse, delta, dk, dv)),
            *(t.stride() for t in (q, k, v, do)))  # fmt: skip
     launch_keyed(key, _flash_bwd128_kernel, build)
     if split:
-        dk_out.copy_(dk.view(k.shape[0], -1, *k.shape[1:]).sum(1))  # fp32 sums, cast once
-        dv_out.copy_(dv.view(k.shape[0], -1, *k.shape[1:]).sum(1))
+        dk_out.view(bh_kv, n, d).copy_(dk.view(bh_kv, -1, n, d).sum(1))  # fp32 sums, cast once
+        dv_out.view(bh_kv, n, d).copy_(dv.view(bh_kv, -1, n, d).sum(1))
 
 
 def compile_sm90(

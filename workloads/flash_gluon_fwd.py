@@ -63,7 +63,7 @@ from __future__ import annotations
 import torch
 from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import SHARED_MEMORY, acc_layout, tensor_desc, tile_order
-from profiler_kit.workloads.triton_launch import capability, launch_keyed, sm_count
+from profiler_kit.workloads.triton_launch import capability, launch_keyed, rows, sm_count
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -655,7 +655,7 @@ def fits(config, d: int) -> bool:
 
 def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
     """The inputs this kernel handles: 16-bit on Hopper, head dim 64, 128 or 256, whole 128-row programs."""
-    bh, n, d = q.shape
+    _, n, d = rows(q)
     return (
         q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
@@ -672,14 +672,14 @@ def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GR
     bn, stages, maxnreg, consumer_regs, load_regs, schedule, persistent, tma_o, pipeline = _fields(config)
     if pipeline and not (persistent and tma_o):
         raise ValueError(f"config {config}: a pipelined program is persistent and stores O by TMA")
-    bh, n, d = q.shape
+    bh, n, d = rows(q)
     if n % BLOCK_M:
         raise ValueError(f"sequence length {n} is no multiple of {BLOCK_M} (the query rows of a program)")
     if not fits(config, d):
         raise ValueError(f"config {config}: its tiles take more than {SHARED_MEMORY} bytes of shared memory at d {d}")
     out = tensor_desc(o, (BLOCK_M // 2, d)) if tma_o else o  # TMA_O: a tile of 64 rows a consumer
     args = (tensor_desc(q, (BLOCK_M, d)), tensor_desc(k, (bn, d)), tensor_desc(v, (bn, d)), out, lse, sm_scale, n, bh)
-    consts = (is_causal, bh // k.shape[0], head_group, stages, consumer_regs, load_regs, int(schedule), tma_o,
+    consts = (is_causal, bh // rows(k)[0], head_group, stages, consumer_regs, load_regs, int(schedule), tma_o,
               pipeline, persistent)  # fmt: skip
     grid = (n // BLOCK_M * bh,)
     if persistent:  # one program an SM (the shared memory of one)
@@ -689,10 +689,10 @@ def launch_args(q, k, v, o, lse, sm_scale, is_causal, config, head_group=HEAD_GR
 
 
 def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEAD_GROUP):
-    """Launch: O into ``o``, the natural-log logsumexp into ``lse`` (``(batch*heads, seq)`` fp32).
+    """Launch: O into ``o``, the natural-log logsumexp into ``lse`` (``(batch*heads, seq)`` fp32, any leading dims).
 
     Inputs as ``flash_triton.forward_kernels`` has them: contiguous ``(batch*heads, seq, d)`` q and
-    ``(batch*kv_heads, seq, d)`` k, v.
+    ``(batch*kv_heads, seq, d)`` k, v, or with the leading dim split (``(batch, heads, seq, d)``).
     """
 
     def build():
@@ -701,7 +701,7 @@ def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEA
         return grid, args, dict(zip(names, consts, strict=True)) | opts
 
     # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
-    key = (_flash_gluon_fwd_kernel, q.device.index, q.dtype, tuple(q.shape), k.shape[0], sm_scale, is_causal,
+    key = (id(_flash_gluon_fwd_kernel), q.device.index, q.dtype, q.shape, k.shape, sm_scale, is_causal,
            config if isinstance(config, str) else tuple(config), head_group, PERSISTENT_PROGRAMS,
            *(t.data_ptr() for t in (q, k, v, o, lse)), *(t.stride() for t in (q, k, v)))  # fmt: skip
     launch_keyed(key, _flash_gluon_fwd_kernel, build)

@@ -32,7 +32,7 @@ import os
 import torch
 from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
-from profiler_kit.workloads.triton_launch import capability, launch
+from profiler_kit.workloads.triton_launch import capability, launch, rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -255,7 +255,7 @@ def _flash_ws_dkdv_kernel(
 
 def supported(q: torch.Tensor) -> bool:
     """The inputs this kernel handles: 16-bit on Hopper, head dim 64, whole 128-key programs."""
-    bh, n, d = q.shape
+    _, n, d = rows(q)
     return (
         q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
@@ -270,7 +270,7 @@ def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config
     stages, maxnreg, consumer_regs, dq_regs, load_regs, kv_regs, ds_regs = (
         CONFIGS[config] if isinstance(config, str) else tuple(config)
     )
-    bh, n, d = q.shape
+    bh, n, d = rows(q)
     if n % KEYS_PER_PROGRAM:
         raise ValueError(f"sequence length {n} is no multiple of {KEYS_PER_PROGRAM} (the keys of a program)")
     args = (
@@ -286,8 +286,8 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
     """Launch: dK, dV into ``dk``, ``dv``; each dQ share added into the zeroed fp32 ``dq``.
 
     Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 64)`` q, k, v, dO;
-    ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)).
-    Launched as ``flash_triton`` launches its kernels (``triton_launch.launch``): after the first launch of a shape,
+    ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)); any
+    leading dims may stand for ``batch*heads`` (``triton_launch.rows``). Launched as ``flash_triton`` launches its kernels (``triton_launch.launch``): after the first launch of a shape,
     the compiled kernel is called directly, without the JIT's per-call Python.
     """
     grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)

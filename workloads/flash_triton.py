@@ -60,7 +60,12 @@ backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40), and i
 descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); the Gluon
 kernels and the backward's D kernel replay a launch's encoded arguments where its key repeats
 (``triton_launch.launch_keyed``, 2026-11-28: a d 128 causal layer at 4096, forward + sum + backward, 855 -> 685 us
-a call against 585 us of kernels and SDPA's 716).
+a call against 585 us of kernels and SDPA's 716). The launchers take ``(batch, heads, seq, d)`` tensors as they
+are (``triton_launch.rows``) and ``_check`` remembers the shapes it passed, so the autograd path makes no views
+(H200, seq 256: 60 -> 18 us from the call to the forward's launcher, 31 -> 10 us from its return to the
+Function's). What remains is mostly the autograd engine's: its device thread runs the Python backward (at seq
+4096 causal, forward + backward took 0.78-1.03 ms with it against 0.59-0.89 with the engine on the calling thread,
+SDPA 0.61-0.84 and 0.60-0.75; benchmarks/README.md).
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton). Eager
@@ -80,7 +85,7 @@ import os
 import torch
 import triton
 import triton.language as tl
-from profiler_kit.workloads.triton_launch import INTERPRET, capability, desc_hook, launch, launch_keyed
+from profiler_kit.workloads.triton_launch import INTERPRET, capability, desc_hook, launch, launch_keyed, rows
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
@@ -629,8 +634,14 @@ def _flash_bwd_dq_kernel(
 # ---------------------------------------------------------------- launchers
 
 
+_CHECKED: set[tuple] = set()  # (shapes, dtype) that passed _check: a training loop repeats a few
+
+
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """One shape for q, k, v, except that k and v may have fewer heads (dim -3) than q, a divisor of q's."""
+    signature = (q.shape, k.shape, v.shape, q.dtype)
+    if signature in _CHECKED:
+        return
     gqa = (
         k.shape == v.shape
         and q.dim() >= 4
@@ -649,6 +660,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"head dim must be a power of two in [16, 256], got {d}")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"unsupported dtype {q.dtype}")
+    _CHECKED.add(signature)
 
 
 def _hopper(q: torch.Tensor) -> bool:
@@ -664,7 +676,8 @@ def forward_kernels(
     tma: bool | None = None,
     head_group: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward on contiguous ``(batch*heads, seq, d)`` tensors: ``(O, L)``; ``config`` skips autotuning.
+    """Forward on contiguous ``(batch*heads, seq, d)`` tensors (or ``(batch, heads, seq, d)``: any leading dims are
+    flattened): ``(O, L)``, O like ``q`` and L of ``q.shape[:-1]``; ``config`` skips autotuning.
 
     ``k`` and ``v`` may have fewer rows than ``q`` (``batch*kv_heads``, grouped-query attention): query row
     ``i`` of the flattened heads then reads K/V row ``i // (q.shape[0] // k.shape[0])``, as SDPA's
@@ -673,9 +686,9 @@ def forward_kernels(
     ``tma=None`` takes ``FWD_TMA`` for 16-bit inputs on Hopper, pointer loads otherwise;
     ``head_group=None`` takes ``FWD_HEAD_GROUP`` (launch order, see ``_tile_order``).
     """
-    bh, n, d = q.shape
+    bh, n, d = rows(q)
     o = torch.empty_like(q)
-    lse = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     gluon_fwd = _gluon_fwd(q, k) if config is None and tma is None and d in FWD_GLUON else None
     if gluon_fwd is not None:
         gluon_fwd.forward(q, k, v, o, lse, 1.0 / math.sqrt(d), is_causal, FWD_GLUON[d], head_group or FWD_HEAD_GROUP)
@@ -685,8 +698,8 @@ def forward_kernels(
     k_desc, v_desc = k, v
     if tma:  # block shape set per config by desc_hook (or here for a fixed config)
         bn = config[1] if config else 16
-        k_desc = TensorDescriptor(k, [k.shape[0] * n, d], [d, 1], [bn, d])
-        v_desc = TensorDescriptor(v, [v.shape[0] * n, d], [d, 1], [bn, d])
+        k_desc = TensorDescriptor(k, [k.numel() // d, d], [d, 1], [bn, d])
+        v_desc = TensorDescriptor(v, [v.numel() // d, d], [d, 1], [bn, d])
 
     if head_group is None:
         head_group = FWD_HEAD_GROUP
@@ -695,7 +708,7 @@ def forward_kernels(
         return (triton.cdiv(n, meta["BLOCK_M"]) * bh,)
 
     args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
-    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // k.shape[0]}
+    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // rows(k)[0]}
     launch(_flash_fwd_kernel, grid, args, consts, config)
     return o, lse
 
@@ -754,7 +767,8 @@ def backward_kernels(
     dq_config: tuple | None = None,
     opts: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Backward on contiguous ``(batch*heads, seq, d)`` tensors (``do`` any strides): ``(dQ, dK, dV)``.
+    """Backward on contiguous ``(batch*heads, seq, d)`` tensors, or any leading dims as ``forward_kernels`` (``do``
+    any strides): ``(dQ, dK, dV)`` like ``q``, ``k``, ``v``.
 
     With fewer K/V rows than Q rows (grouped-query attention, as ``forward_kernels``) dK and dV of a shared
     head are the sums over its query heads, accumulated in one program (no atomics); the warp-specialized
@@ -765,25 +779,29 @@ def backward_kernels(
     ``opts`` overrides entries of ``BWD_OPTS`` (the dK/dV kernel's structure switches, which apply to 16-bit
     inputs with head dims up to ``BWD_OPTS_MAX_D``; others start from all switches off).
     """
-    bh, n, d = q.shape
-    bh_kv = k.shape[0]
+    bh, n, d = rows(q)
+    bh_kv = rows(k)[0]
     gqa = bh // bh_kv
     ws = _gluon_ws(q) if mode == "gluon_ws" and (gqa == 1 or (BWD_GLUON128_GQA and d == 128)) else None
     if mode == "gluon_ws" and ws is None:  # inputs the warp-specialized kernel does not take
         mode, dkdv_config = "tma", None
     mode_id = BWD_MODES[mode]
-    # dO may have any strides (``o.sum()`` gives an expanded one): the D kernel copies it and zeroes dQ's buffer
+    # dO may have any strides (``o.sum()`` gives an expanded one): the D kernel reads it by (batch*heads, seq, d)
+    # strides, copies it and zeroes dQ's buffer
+    if not do.is_contiguous():
+        do = do.reshape(bh, n, d)  # a view where the strides allow (as the expanded dO's), else a copy
+    do_strides = do.stride() if do.dim() == 3 else (n * d, d, 1)
     do_c = do if do.is_contiguous() else torch.empty(do.shape, dtype=do.dtype, device=do.device)
     dq = torch.empty(q.shape, dtype=torch.float32, device=q.device) if mode_id else torch.empty_like(q)
-    delta = torch.empty((bh, n), dtype=torch.float32, device=q.device)
+    delta = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     block = 64 if INTERPRET else 128
     consts = {"HEAD_DIM": d, "BLOCK": block, "COPY_DO": do_c is not do, "ZERO_DQ": bool(mode_id),
-              "SCALAR_DO": do.stride(1) == do.stride(2) == 0}  # fmt: skip
-    key = (_flash_bwd_delta_kernel, q.device.index, o.dtype, do.dtype, dq.dtype, bh, n, *do.stride(),
+              "SCALAR_DO": do_strides[1] == do_strides[2] == 0}  # fmt: skip
+    key = (id(_flash_bwd_delta_kernel), q.device.index, o.dtype, do.dtype, dq.dtype, bh, n, *do_strides,
            *consts.values(), *(t.data_ptr() for t in (o, do, do_c, dq, delta)))  # fmt: skip
     launch_keyed(
         key, _flash_bwd_delta_kernel,
-        lambda: ((triton.cdiv(n, block), bh), (o, do, do_c, dq, delta, n, *do.stride()), consts),
+        lambda: ((triton.cdiv(n, block), bh), (o, do, do_c, dq, delta, n, *do_strides), consts),
     )  # fmt: skip
     do = do_c
     dk, dv = torch.empty_like(k), torch.empty_like(v)
@@ -851,9 +869,8 @@ def _(do, q, k, v, o, lse, is_causal, mode):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    shape = (-1, x.shape[-2], x.shape[-1])
-    return x.view(shape) if x.is_contiguous() else x.reshape(shape).contiguous()  # one op in the common case
+def _contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.is_contiguous() else x.contiguous()
 
 
 def _fwd(q, k, v, is_causal):
@@ -870,8 +887,7 @@ def triton_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward only: ``(O, L)`` with O like ``q`` and L (natural log, fp32) of shape ``q.shape[:-1]``."""
     _check(q, k, v)
-    o, lse = _fwd(_flat(q), _flat(k), _flat(v), is_causal)
-    return o.view(q.shape), lse.view(q.shape[:-1])
+    return _fwd(_contiguous(q), _contiguous(k), _contiguous(v), is_causal)
 
 
 class FlashAttention2Triton(torch.autograd.Function):
@@ -888,21 +904,18 @@ class FlashAttention2Triton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, is_causal=False, atomic_dq=False):
         _check(q, k, v)
-        shape = q.shape
-        q3, k3, v3 = _flat(q), _flat(k), _flat(v)
-        o, lse = _fwd(q3, k3, v3, is_causal)
-        ctx.save_for_backward(lse, q3, k3, v3, o)
+        q, k, v = _contiguous(q), _contiguous(k), _contiguous(v)  # kept in their shapes: views cost host time
+        o, lse = _fwd(q, k, v, is_causal)
+        ctx.save_for_backward(lse, q, k, v, o)
         ctx.is_causal = is_causal
         ctx.bwd_mode = resolve_bwd_mode(q, atomic_dq)
-        ctx.shape, ctx.kv_shape = shape, k.shape
-        return o.view(shape)
+        return o
 
     @staticmethod
     def backward(ctx, do):
         lse, q, k, v, o = ctx.saved_tensors
-        do = do.reshape(q.shape)  # any strides: the backward's first kernel makes a contiguous copy if needed
-        dq, dk, dv = _bwd(do, q, k, v, o, lse, ctx.is_causal, ctx.bwd_mode)
-        return dq.view(ctx.shape), dk.view(ctx.kv_shape), dv.view(ctx.kv_shape), None, None
+        dq, dk, dv = _bwd(do, q, k, v, o, lse, ctx.is_causal, ctx.bwd_mode)  # do: any strides
+        return dq, dk, dv, None, None
 
 
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:

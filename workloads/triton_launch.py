@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 
 import torch
@@ -206,6 +207,14 @@ def launch(kernel, grid, args, consts, config=None):
         while hasattr(fn, "fn"):  # Autotuner -> Heuristics -> JITFunction -> the Python function
             fn = fn.fn
         LAST_COMPILED[fn.__name__] = (getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None))
+
+
+def rows(t: torch.Tensor) -> tuple[int, int, int]:
+    """``(batch*heads, seq, d)`` of a contiguous ``(..., seq, d)`` tensor. The launchers take any leading dims, so
+    the autograd path hands them its ``(batch, heads, seq, d)`` tensors without views (issue 26: at short sequences
+    the host's few microseconds a view are on the critical path)."""
+    n, d = t.shape[-2:]
+    return math.prod(t.shape[:-2]), n, d
 
 
 @functools.cache
