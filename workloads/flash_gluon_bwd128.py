@@ -333,8 +333,8 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
     # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
     key = (id(_flash_bwd128_kernel), q.device.index, q.dtype, q.shape, k.shape, sm_scale, is_causal,
            config if isinstance(config, str) else tuple(config), head_group, split,
-           *(t.data_ptr() for t in (q, k, v, do, dq, lse, delta, dk, dv)),
-           *(t.stride() for t in (q, k, v, do)))  # fmt: skip
+           q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr(), dq.data_ptr(), lse.data_ptr(), delta.data_ptr(),
+           dk.data_ptr(), dv.data_ptr(), q.stride(), k.stride(), v.stride(), do.stride())  # fmt: skip
     launch_keyed(key, _flash_bwd128_kernel, build)
     if split:
         dk_out.view(bh_kv, n, d).copy_(dk.view(bh_kv, -1, n, d).sum(1))  # fp32 sums, cast once

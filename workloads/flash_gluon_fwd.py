@@ -662,7 +662,8 @@ def supported(q: torch.Tensor, k: torch.Tensor) -> bool:
         and k.dtype == q.dtype
         and d in (64, 128, 256)
         and n % BLOCK_M == 0
-        and all(t.data_ptr() % 16 == 0 for t in (q, k))  # TMA tiles start 16-byte aligned
+        and q.data_ptr() % 16 == 0  # TMA tiles start 16-byte aligned
+        and k.data_ptr() % 16 == 0
         and capability(q.device.index)[0] == 9
     )
 
@@ -700,10 +701,12 @@ def forward(q, k, v, o, lse, sm_scale, is_causal, config=DEFAULT, head_group=HEA
         names = _flash_gluon_fwd_kernel.arg_names[len(args) :]
         return grid, args, dict(zip(names, consts, strict=True)) | opts
 
-    # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
+    # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch; written
+    # out, as generator expressions cost microseconds of host time a call (issue 26)
     key = (id(_flash_gluon_fwd_kernel), q.device.index, q.dtype, q.shape, k.shape, sm_scale, is_causal,
            config if isinstance(config, str) else tuple(config), head_group, PERSISTENT_PROGRAMS,
-           *(t.data_ptr() for t in (q, k, v, o, lse)), *(t.stride() for t in (q, k, v)))  # fmt: skip
+           q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), q.stride(), k.stride(),
+           v.stride())  # fmt: skip
     launch_keyed(key, _flash_gluon_fwd_kernel, build)
 
 

@@ -78,6 +78,7 @@ the CPU (tests do); a single small tile config is then used.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -724,34 +725,40 @@ def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
     return mode
 
 
-def _gluon_ws(q: torch.Tensor):
-    """The warp-specialized Gluon dK/dV module that takes these inputs (``supported``) under the Triton it was
-    written for, else None: ``flash_gluon_ws`` at head dim 64, ``flash_gluon_bwd128`` at 128 where
-    ``BWD_GLUON128`` names a config.
+@functools.cache
+def _gluon_modules(release: str) -> tuple | None:
+    """``(flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128)`` where Triton's version starts with ``release`` (the
+    one they were written for, ``GLUON_WS_TRITON``), else None; imported once (an import statement a call cost
+    ~10 us of the backward's host time, issue 26).
 
     Gluon is Triton's experimental dialect and the kernels call one of the compiler's internal builders
     (the TMA reduce), so another Triton release gets the ``tma`` kernel rather than a compile error.
     """
-    if not triton.__version__.startswith(GLUON_WS_TRITON):
+    if not triton.__version__.startswith(release):
         return None
     try:
-        from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_ws
+        from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_fwd, flash_gluon_ws
     except (ImportError, AttributeError):  # a Triton without Gluon, or whose internals it uses have moved
         return None
-    if flash_gluon_ws.supported(q):
-        return flash_gluon_ws
-    return flash_gluon_bwd128 if BWD_GLUON128 and flash_gluon_bwd128.supported(q) else None
+    return flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128
+
+
+def _gluon_ws(q: torch.Tensor):
+    """The warp-specialized Gluon dK/dV module that takes these inputs (``supported``), else None:
+    ``flash_gluon_ws`` at head dim 64, ``flash_gluon_bwd128`` at 128 where ``BWD_GLUON128`` names a config."""
+    modules = _gluon_modules(GLUON_WS_TRITON)
+    if modules is None:
+        return None
+    _, ws, bwd128 = modules
+    if ws.supported(q):
+        return ws
+    return bwd128 if BWD_GLUON128 and bwd128.supported(q) else None
 
 
 def _gluon_fwd(q: torch.Tensor, k: torch.Tensor):
     """``flash_gluon_fwd`` where it takes these inputs under the Triton it was written for, else None."""
-    if not triton.__version__.startswith(GLUON_WS_TRITON):
-        return None
-    try:
-        from profiler_kit.workloads import flash_gluon_fwd
-    except (ImportError, AttributeError):
-        return None
-    return flash_gluon_fwd if flash_gluon_fwd.supported(q, k) else None
+    modules = _gluon_modules(GLUON_WS_TRITON)
+    return modules[0] if modules is not None and modules[0].supported(q, k) else None
 
 
 def backward_kernels(
@@ -798,7 +805,7 @@ def backward_kernels(
     consts = {"HEAD_DIM": d, "BLOCK": block, "COPY_DO": do_c is not do, "ZERO_DQ": bool(mode_id),
               "SCALAR_DO": do_strides[1] == do_strides[2] == 0}  # fmt: skip
     key = (id(_flash_bwd_delta_kernel), q.device.index, o.dtype, do.dtype, dq.dtype, bh, n, *do_strides,
-           *consts.values(), *(t.data_ptr() for t in (o, do, do_c, dq, delta)))  # fmt: skip
+           *consts.values(), o.data_ptr(), do.data_ptr(), do_c.data_ptr(), dq.data_ptr(), delta.data_ptr())  # fmt: skip
     launch_keyed(
         key, _flash_bwd_delta_kernel,
         lambda: ((triton.cdiv(n, block), bh), (o, do, do_c, dq, delta, n, *do_strides), consts),

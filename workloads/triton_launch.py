@@ -172,7 +172,8 @@ def launch_keyed(key: tuple, kernel, build) -> None:
 def _hooked_launches() -> bool:
     """Whether a launch hook is set (Triton's profiler, proton): those launches take Triton's own path."""
     rt = triton.knobs.runtime
-    return any(getattr(h, "calls", h is not None) for h in (rt.launch_enter_hook, rt.launch_exit_hook))
+    enter, exit_ = rt.launch_enter_hook, rt.launch_exit_hook
+    return bool(getattr(enter, "calls", enter is not None) or getattr(exit_, "calls", exit_ is not None))
 
 
 def launch(kernel, grid, args, consts, config=None):
