@@ -60,9 +60,9 @@ backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40), and i
 descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); the Gluon
 kernels and the backward's D kernel replay a launch's encoded arguments where its key repeats
 (``triton_launch.launch_keyed``, 2026-11-28: a d 128 causal layer at 4096, forward + sum + backward, 855 -> 685 us
-a call against 585 us of kernels and SDPA's 716). At seq 4096 the host time from the forward's launch to the
-dK/dV kernel's is the GPU's idle time beyond the forward kernel's 0.14 ms, and the autograd engine runs the Python
-backward on its device thread, where Python ran at up to twice its cost on the calling thread (H200, 2026-11-28,
+a call against 585 us of kernels and SDPA's 716). At seq 4096 a loop of calls is GPU-bound only while the host's
+time a call stays under the kernels' 0.59 ms, and the autograd engine runs the Python backward on its device
+thread, where Python ran at up to twice its cost on the calling thread (H200, 2026-11-28,
 benchmarks/attention_host_stamps.py). So the autograd path makes no views (the launchers take ``(batch, heads,
 seq, d)`` tensors as they are, ``triton_launch.rows``), ``_check`` remembers the shapes it passed, the Gluon modules
 are looked up once and launch keys are written out: forward + backward at causal 4096 went from 0.73-0.74x SDPA's
