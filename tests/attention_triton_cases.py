@@ -221,5 +221,16 @@ def test_triton_gqa_half_default_backward_and_bad_heads():
     ]:
         assert got.dtype == torch.float16
         torch.testing.assert_close(got.double(), want, atol=1e-2, rtol=1e-2, msg=lambda m, n=name: f"{n}: {m}")
-    with pytest.raises(ValueError, match="divisor"):
-        FlashAttention2Triton.apply(q, k[:, :1].expand(1, 3, 48, 16), v[:, :1].expand(1, 3, 48, 16), True)
+    for _ in range(2):  # refused every time (_check remembers only the shapes it passed)
+        with pytest.raises(ValueError, match="divisor"):
+            FlashAttention2Triton.apply(q, k[:, :1].expand(1, 3, 48, 16), v[:, :1].expand(1, 3, 48, 16), True)
+
+
+def test_launch_rows_flatten_leading_dims():
+    """What the launchers see of a tensor: (batch*heads, seq, d) from any leading dims, one row set for 2-D."""
+    from profiler_kit.workloads.triton_launch import rows
+
+    assert rows(torch.empty(2, 3, 5, 16)) == (6, 5, 16)
+    assert rows(torch.empty(4, 5, 16)) == (4, 5, 16)
+    assert rows(torch.empty(5, 16)) == (1, 5, 16)
+    assert rows(torch.empty(2, 0, 5, 16)) == (0, 5, 16)

@@ -287,8 +287,9 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
 
     Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 64)`` q, k, v, dO;
     ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)); any
-    leading dims may stand for ``batch*heads`` (``triton_launch.rows``). Launched as ``flash_triton`` launches its kernels (``triton_launch.launch``): after the first launch of a shape,
-    the compiled kernel is called directly, without the JIT's per-call Python.
+    leading dims may stand for ``batch*heads`` (``triton_launch.rows``). Launched as ``flash_triton`` launches its
+    kernels (``triton_launch.launch``): after the first launch of a shape, the compiled kernel is called directly,
+    without the JIT's per-call Python.
     """
     grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
     names = _flash_ws_dkdv_kernel.arg_names[len(args) :]

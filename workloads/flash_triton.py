@@ -637,6 +637,7 @@ def _flash_bwd_dq_kernel(
 
 
 _CHECKED: set[tuple] = set()  # (shapes, dtype) that passed _check: a training loop repeats a few
+_CHECKED_MAX = 4096  # entries before the set is emptied (variable-length batches bring many shapes)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -662,6 +663,8 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"head dim must be a power of two in [16, 256], got {d}")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"unsupported dtype {q.dtype}")
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
     _CHECKED.add(signature)
 
 
