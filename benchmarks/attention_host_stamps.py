@@ -22,6 +22,7 @@ ST = []
 
 
 def S(label):
+    """Stamp ``label`` now ("name>": entering a function, "name<": leaving it)."""
     ST.append((label, time.perf_counter_ns()))
 
 
