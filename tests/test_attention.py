@@ -156,8 +156,8 @@ def test_triton_gqa_on_gpu_within_sdpa_error(d, causal, dtype):
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None or not _cuda_sm90(), reason="needs a Hopper GPU")
 @pytest.mark.parametrize("causal", [True, False])
 def test_triton_head_dim_256_on_gpu_within_sdpa_error(causal):
-    """Head dim 256 (no Gluon kernel: the Triton forward and backward, tiles that fit its shared memory):
-    errors against fp32 math attention at most 1.5x SDPA's on the same inputs."""
+    """Head dim 256 (the Gluon forward, the Triton backward with tiles that fit its shared memory): errors against
+    fp32 math attention at most 1.5x SDPA's on the same inputs."""
     from profiler_kit.workloads.attention_bench import check_case
 
     got = check_case("triton", 1, 4, 1024, 256, "bfloat16", causal)

@@ -649,8 +649,8 @@ def fits(config, d: int) -> bool:
     """Whether ``config``'s tiles fit a program's shared memory at head dim ``d``: its Q tiles (two when pipelined),
     the K/V ring and O's two 64-row staging tiles (``TMA_O``), 16-bit, with 1 KB left for the barriers."""
     bn, stages, *_, tma_o, pipeline = _fields(config)
-    rows = BLOCK_M * (2 if pipeline else 1) + 2 * stages * bn + (BLOCK_M if tma_o else 0)
-    return 2 * rows * d <= SHARED_MEMORY - 1024
+    tile_rows = BLOCK_M * (2 if pipeline else 1) + 2 * stages * bn + (BLOCK_M if tma_o else 0)
+    return 2 * tile_rows * d <= SHARED_MEMORY - 1024
 
 
 def supported(q: torch.Tensor, k: torch.Tensor) -> bool:

@@ -1,10 +1,10 @@
 """FlashAttention-2 in Triton: forward and backward kernels, autotuned for H100/H200.
 
-Layout: inputs ``(batch, seq, d)`` or ``(batch, heads, seq, d)`` are flattened
-to ``(batch*heads, seq, d)`` contiguous. ``d`` must be a power of two from 16
-to 256 (``tl.dot`` tiles; 256 takes smaller tiles, ``WIDE_CONFIGS``, to fit shared
-memory); the sequence length is free: loads are masked when it is not a multiple
-of the tiles (``EVEN`` is a constexpr, so the common case pays nothing).
+Layout: inputs ``(batch, seq, d)`` or ``(batch, heads, seq, d)`` are made contiguous and read as
+``(batch*heads, seq, d)`` (``triton_launch.rows``, no views). ``d`` must be a power of two from 16 to 256
+(``tl.dot`` tiles; 256 takes smaller tiles, ``WIDE_CONFIGS``, to fit shared memory); the sequence length is
+free: loads are masked when it is not a multiple of the tiles (``EVEN`` is a constexpr, so the common case pays
+nothing).
 
 - Forward: one program per query tile; fp32 accumulators, online
   softmax in base 2 (the scale is folded into ``log2(e)``), output in the input
@@ -87,7 +87,15 @@ import os
 import torch
 import triton
 import triton.language as tl
-from profiler_kit.workloads.triton_launch import INTERPRET, capability, desc_hook, launch, launch_keyed, rows
+from profiler_kit.workloads.triton_launch import (
+    CACHE_ENTRIES,
+    INTERPRET,
+    capability,
+    desc_hook,
+    launch,
+    launch_keyed,
+    rows,
+)
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 LOG2E = 1.4426950408889634
@@ -637,7 +645,6 @@ def _flash_bwd_dq_kernel(
 
 
 _CHECKED: set[tuple] = set()  # (shapes, dtype) that passed _check: a training loop repeats a few
-_CHECKED_MAX = 4096  # entries before the set is emptied (variable-length batches bring many shapes)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -663,7 +670,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"head dim must be a power of two in [16, 256], got {d}")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"unsupported dtype {q.dtype}")
-    if len(_CHECKED) >= _CHECKED_MAX:
+    if len(_CHECKED) >= CACHE_ENTRIES:  # variable-length batches bring many shapes
         _CHECKED.clear()
     _CHECKED.add(signature)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 import torch
+from profiler_kit.workloads.triton_launch import CACHE_ENTRIES
 from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -64,7 +65,7 @@ def tensor_desc(t: torch.Tensor, block: tuple[int, ...]) -> TensorDescriptor:
     layout = _shared_layout(tuple(block), t.dtype)
     if key not in _CHECKED:
         desc = TensorDescriptor(base, shape, strides, list(block), layout)
-        if len(_CHECKED) >= 4096:
+        if len(_CHECKED) >= CACHE_ENTRIES:
             _CHECKED.clear()
         _CHECKED.add(key)
         return desc

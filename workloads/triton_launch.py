@@ -74,7 +74,9 @@ def _tuned_constants(kernel, args: tuple, consts: dict) -> dict:
 # the kernel's tile metadata. Triton encodes one per descriptor argument on every launch (cuTensorMapEncodeTiled
 # behind a Python wrapper); a training loop hands the same buffers back, so most launches find theirs here.
 _TMA_ARGS: dict[tuple, list] = {}
-_TMA_ARGS_MAX = 4096  # entries before the cache is emptied (stale addresses are never wrong, only unused)
+# entries a host-side cache of the launch path keeps before it is emptied (its addresses, shapes and launches;
+# a stale entry is never wrong, only unused): here and in gluon_tiles and flash_triton
+CACHE_ENTRIES = 4096
 
 
 def _tma_arg(desc, meta: dict, meta_key: tuple) -> list:
@@ -84,7 +86,7 @@ def _tma_arg(desc, meta: dict, meta_key: tuple) -> list:
     if arg is None:
         from triton.backends.nvidia.driver import make_tensordesc_arg
 
-        if len(_TMA_ARGS) >= _TMA_ARGS_MAX:
+        if len(_TMA_ARGS) >= CACHE_ENTRIES:
             _TMA_ARGS.clear()
         arg = _TMA_ARGS[key] = make_tensordesc_arg(desc, meta)
     return arg
@@ -164,7 +166,7 @@ def launch_keyed(key: tuple, kernel, build) -> None:
     named = dict(zip(kernel.arg_names, args, strict=False)) | consts | tuned
     values = [named[name] for name in kernel.arg_names]
     flat = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in direct.flat(values)]
-    if len(_KEYED) >= _TMA_ARGS_MAX:
+    if len(_KEYED) >= CACHE_ENTRIES:
         _KEYED.clear()
     _KEYED[key] = (direct, tuple(grid) + (1,) * (3 - len(grid)), flat)
 
