@@ -1,19 +1,21 @@
 """Where the host time of a short Triton FlashAttention-2 forward + sum + backward goes.
 
-At short sequences a call is bound by the CPU (run 5/7: ~800 us a forward + sum + backward
-at seq 1024 against ~300 us for the bare kernel launches and ~180 us for SDPA). This stamps
-``perf_counter_ns`` at each layer boundary of many back-to-back calls, counts the garbage
-collector's passes and their time, times each layer alone and variants that each leave one
-layer out, next to SDPA, and writes a PyTorch profiler trace (CPU ops and kernels) of a few calls.
-(It replaces ``benchmarks/attention_overhead.py`` of runs 5 and 7, whose rows it kept.)
+At short sequences a call is bound by the CPU: the GPU waits for launches. This times each layer alone and variants
+that each leave one layer out, next to SDPA (host us per call of back-to-back calls), counts the garbage
+collector's passes, and stamps ``perf_counter_ns`` at each layer boundary and around every kernel launch of
+synchronized calls, with the autograd engine on its device thread (the default) and on the calling thread (where
+our Python backward ran up to twice as fast, issue 26); ``--out`` adds a PyTorch profiler trace of a few calls.
+(It replaces ``attention_overhead.py`` of runs 5 and 7 and ``attention_host_stamps.py`` of the sixth session.)
 
     python benchmarks/attention_host_timeline.py --seq 1024 --out /tmp/host
     python benchmarks/attention_host_timeline.py --seq 4096 --d-head 128 --profile 25   # + cProfile's top 25
+    python benchmarks/attention_host_timeline.py --seq 4096 --d-head 128 --kv-heads 4   # grouped-query heads
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.util
 import json
@@ -71,11 +73,82 @@ def gc_cost(fn, iters: int) -> dict:
     return {"passes": passes, "us_per_call": spent[0] / iters / 1e3}
 
 
+def _name(kernel) -> str:
+    while hasattr(kernel, "fn"):  # Autotuner -> Heuristics -> JITFunction -> the Python function
+        kernel = kernel.fn
+    return kernel.__name__
+
+
+@contextlib.contextmanager
+def stamped_launches(ft):
+    """Stamps around ``ft``'s forward and backward, the Function's Python backward and every kernel launch of
+    ``ft`` and the Gluon modules (``launch``/``launch_keyed``, labelled by kernel), restored on exit."""
+    wrapped = []
+
+    def wrap(owner, name, label=None):
+        fn = getattr(owner, name)
+        if isinstance(fn, staticmethod):
+            fn = fn.__func__
+
+        def stamped(*a, **kw):
+            what = label or f"{name} {_name(a[1] if name == 'launch_keyed' else a[0])}"
+            stamp(what + " called")
+            out = fn(*a, **kw)
+            stamp(what + " returned")
+            return out
+
+        wrapped.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, staticmethod(stamped) if isinstance(owner, type) else stamped)
+
+    wrap(ft, "forward_kernels", "forward_kernels")
+    wrap(ft, "backward_kernels", "backward_kernels")
+    wrap(ft.FlashAttention2Triton, "backward", "python backward")
+    for mod in (ft, *(ft._gluon_modules(ft.GLUON_WS_TRITON) or ())):
+        for name in ("launch", "launch_keyed"):
+            if name in vars(mod):
+                wrap(mod, name)
+    try:
+        yield
+    finally:
+        for owner, name, fn in reversed(wrapped):
+            setattr(owner, name, fn)
+
+
+def timeline(apply, leaves, iters: int) -> dict[str, float]:
+    """Median us between consecutive stamps of ``iters`` synchronized calls of ``apply().sum().backward()``: from
+    the call until the last kernel's launch, host time beyond the GPU's is the GPU's idle time."""
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        stamp("start")
+        o = apply()
+        stamp("apply returned")
+        s = o.sum()
+        stamp("sum returned")
+        s.backward()
+        stamp("backward() returned")
+        torch.cuda.synchronize()
+
+    for _ in range(30):
+        step()
+    STAMPS.clear()
+    for _ in range(iters):
+        step()
+    gaps: dict[str, list[float]] = {}
+    for (a, ta), (b, tb) in zip(STAMPS, STAMPS[1:], strict=False):
+        if b != "start":
+            gaps.setdefault(f"{a} -> {b}", []).append((tb - ta) / 1e3)
+    STAMPS.clear()
+    return {k: round(statistics.median(v), 1) for k, v in gaps.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--d-head", type=int, default=64)
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=0, help="K/V heads (grouped-query attention); 0: --heads")
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--out", type=Path, default=None, help="folder for the JSON results and the profiler trace")
     p.add_argument(
@@ -93,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         from profiler_kit.workloads import flash_triton as ft
 
     n, d, h = args.seq, args.d_head, args.heads
-    q, k, v = (torch.randn(1, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    q3, k3, v3 = (t.detach().view(h, n, d) for t in (q, k, v))
+    kv = args.kv_heads or h
+    q = torch.randn(1, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(1, kv, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    q3, k3, v3 = q.detach().view(h, n, d), k.detach().view(kv, n, d), v.detach().view(kv, n, d)
     o3, lse = ft.forward_kernels(q3, k3, v3, True)
     do3 = torch.ones_like(o3)
     mode = ft.resolve_bwd_mode(q3, None)
@@ -103,14 +178,15 @@ def main(argv: list[str] | None = None) -> int:
         ft.flash_attention_triton(q, k, v, True).sum().backward()
 
     def sdpa_full():
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        sdpa(q, k, v, is_causal=True, enable_gqa=kv != h).sum().backward()
 
     class NoKernelBackward(torch.autograd.Function):
         """Our forward and saved tensors, a backward that launches nothing: graph and engine cost."""
 
         @staticmethod
         def forward(ctx, q, k, v):
-            o, lse = ft.forward_kernels(q.view(h, n, d), k.view(h, n, d), v.view(h, n, d), True)
+            o, lse = ft.forward_kernels(q.view(h, n, d), k.view(kv, n, d), v.view(kv, n, d), True)
             ctx.save_for_backward(lse, q, k, v, o)
             return o.view(q.shape)
 
@@ -126,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         def backward(ctx, do):
             lse, q, k, v, o = ctx.saved_tensors
             dq, dk, dv = ft.backward_kernels(
-                do.reshape(h, n, d), q.view(h, n, d), k.view(h, n, d), v.view(h, n, d), o, lse, True, mode
+                do.reshape(h, n, d), q.view(h, n, d), k.view(kv, n, d), v.view(kv, n, d), o, lse, True, mode
             )
-            return dq.view(q.shape), dk.view(q.shape), dv.view(q.shape)
+            return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
 
     class Twice(torch.autograd.Function):
         """A Python-backward Function with one cheap CUDA op each way: the autograd engine's own cost."""
@@ -187,12 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         "seq": n,
         "d_head": d,
         "heads": h,
+        "kv_heads": kv,
         "device": torch.cuda.get_device_name(),
         "impl": str(args.impl_file or "workloads/flash_triton.py"),
         "host_us": {},
     }
     print(
-        f"seq {n}, d {d}, heads {h}, bf16 causal, {results['device']}; host us per call (median of 3 x {args.iters}):"
+        f"seq {n}, d {d}, heads {h} (K/V {kv}), bf16 causal, {results['device']}; host us per call (median of 3 x {args.iters}):"
     )
     for name, fn in rows.items():
         if name == "full, gc disabled":
@@ -219,59 +296,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cProfile of full(), {args.iters} calls (us per call = tottime / {args.iters} * 1e6):")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
 
-    # Timeline: stamps at each layer boundary of full(), averaged over the calls.
-    orig_bwd, orig_bk, orig_fk = ft.FlashAttention2Triton.backward, ft.backward_kernels, ft.forward_kernels
-
-    def bwd(ctx, do):
-        stamp("python backward entered")
-        out = orig_bwd(ctx, do)
-        stamp("python backward returns")
-        return out
-
-    def bk(*a, **kw):
-        stamp("backward_kernels called")
-        out = orig_bk(*a, **kw)
-        stamp("backward_kernels returned")
-        return out
-
-    def fk(*a, **kw):
-        stamp("forward_kernels called")
-        out = orig_fk(*a, **kw)
-        stamp("forward_kernels returned")
-        return out
-
-    ft.FlashAttention2Triton.backward = staticmethod(bwd)
-    ft.backward_kernels, ft.forward_kernels = bk, fk
-
-    def stamped():
-        stamp("start")
-        o = ft.flash_attention_triton(q, k, v, True)
-        stamp("apply returned")
-        s = o.sum()
-        stamp("sum returned")
-        s.backward()
-        stamp("backward() returned")
-
-    for _ in range(20):
-        stamped()
-    torch.cuda.synchronize()
-    STAMPS.clear()
-    for _ in range(args.iters):
-        stamped()
-    torch.cuda.synchronize()
-    ft.FlashAttention2Triton.backward, ft.backward_kernels, ft.forward_kernels = (
-        staticmethod(orig_bwd),
-        orig_bk,
-        orig_fk,
-    )
-    gaps: dict[str, list[float]] = {}
-    for (a, ta), (b, tb) in zip(STAMPS, STAMPS[1:], strict=False):
-        if b != "start":
-            gaps.setdefault(f"{a} -> {b}", []).append((tb - ta) / 1e3)
-    results["timeline_us"] = {k: round(statistics.median(v), 1) for k, v in gaps.items()}
-    print("timeline of full(), median us between stamps:")
-    for k_, v_ in results["timeline_us"].items():
-        print(f"  {k_:60s} {v_:8.1f}")
+    results["timeline_us"] = {}
+    for single in (False, True):  # the autograd engine on its device thread (the default), then the calling one
+        mode = "calling thread" if single else "device thread"
+        with torch.autograd.set_multithreading_enabled(not single), stamped_launches(ft):
+            gaps = timeline(lambda: ft.flash_attention_triton(q, k, v, True), (q, k, v), args.iters)
+        results["timeline_us"][mode] = gaps
+        print(f"timeline of full(), engine on its {mode}, median us between stamps:")
+        for k_, v_ in gaps.items():
+            print(f"  {k_:60s} {v_:8.1f}")
+        print(f"  {'sum of medians':60s} {sum(gaps.values()):8.1f}")
 
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -234,3 +234,24 @@ def test_launch_rows_flatten_leading_dims():
     assert rows(torch.empty(4, 5, 16)) == (4, 5, 16)
     assert rows(torch.empty(5, 16)) == (1, 5, 16)
     assert rows(torch.empty(2, 0, 5, 16)) == (0, 5, 16)
+
+
+@pytest.mark.parametrize(("kv_heads", "group"), [(1, 2), (3, 4)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gqa_partials_summed_per_kv_head(kv_heads, group, dtype):
+    """The d 128 backward's split GQA path: each K/V head's dK, dV are the fp32 sums of its query heads' partials,
+    cast once (against torch's sum of the same partials), in one launch on buffers of any leading dims."""
+    from profiler_kit.workloads.flash_gluon_bwd128 import sum_groups
+
+    gen = torch.Generator().manual_seed(kv_heads * 10 + group)
+    n, d = 48, 32
+    dk32, dv32 = (torch.randn(1, kv_heads * group, n, d, generator=gen) for _ in range(2))
+    dk, dv = (torch.full((1, kv_heads, n, d), float("nan"), dtype=dtype) for _ in range(2))
+    for _ in range(2):  # a repeated key replays the launch
+        sum_groups(dk32, dv32, dk, dv)
+    for got, part in ((dk, dk32), (dv, dv32)):
+        want = part.view(kv_heads, group, n, d).sum(1).view(got.shape)
+        # one rounding of the fp32 sum: within one ulp (the interpreter rounds to bf16 by truncation), or of fp16's
+        # smallest subnormal
+        ulp = 2**-7 if dtype == torch.bfloat16 else 2**-10
+        torch.testing.assert_close(got.float(), want, rtol=ulp, atol=2**-24)

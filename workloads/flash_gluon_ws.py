@@ -32,7 +32,7 @@ import os
 import torch
 from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
-from profiler_kit.workloads.triton_launch import capability, launch, rows
+from profiler_kit.workloads.triton_launch import capability, launch_keyed, rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -287,13 +287,24 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
 
     Inputs as ``flash_triton.backward_kernels`` has them: contiguous ``(batch*heads, seq, 64)`` q, k, v, dO;
     ``lse`` and ``delta`` ``(batch*heads, seq)`` fp32 (log-sum-exp of the scaled scores, rowsum(dO * O)); any
-    leading dims may stand for ``batch*heads`` (``triton_launch.rows``). Launched as ``flash_triton`` launches its
-    kernels (``triton_launch.launch``): after the first launch of a shape, the compiled kernel is called directly,
-    without the JIT's per-call Python.
+    leading dims may stand for ``batch*heads`` (``triton_launch.rows``). Launched through
+    ``triton_launch.launch_keyed``: after the first launch on these buffers, its encoded arguments are replayed into
+    the compiled kernel's C launcher.
     """
-    grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group)
-    names = _flash_ws_dkdv_kernel.arg_names[len(args) :]
-    launch(_flash_ws_dkdv_kernel, grid, args, dict(zip(names, consts, strict=True)) | opts)
+
+    def build():
+        grid, args, consts, opts = launch_args(
+            q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group
+        )  # fmt: skip
+        names = _flash_ws_dkdv_kernel.arg_names[len(args) :]
+        return grid, args, dict(zip(names, consts, strict=True)) | opts
+
+    # every input of the launch (contiguous tensors): the same key is the same launch
+    key = (id(_flash_ws_dkdv_kernel), q.device.index, q.dtype, q.shape, sm_scale, is_causal,
+           config if isinstance(config, str) else tuple(config), head_group, q.data_ptr(), k.data_ptr(),
+           v.data_ptr(), do.data_ptr(), dq.data_ptr(), lse.data_ptr(), delta.data_ptr(), dk.data_ptr(),
+           dv.data_ptr())  # fmt: skip
+    launch_keyed(key, _flash_ws_dkdv_kernel, build)
 
 
 def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 16):

@@ -57,13 +57,14 @@ tensor cores (Triton's default), like torch matmuls with TF32 allowed: about
 Short sequences are bound by the host, not the GPU: on Triton 3.6 ``triton_launch.launch`` calls a key's
 compiled kernel directly after its first launch, skipping Triton's per-call Python (run 11: forward +
 backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40), and its C launcher with TMA
-descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); the Gluon
-kernels and the backward's D kernel replay a launch's encoded arguments where its key repeats
+descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); every
+kernel of the autograd path replays a launch's encoded arguments where its key repeats
 (``triton_launch.launch_keyed``, 2026-11-28: a d 128 causal layer at 4096, forward + sum + backward, 855 -> 685 us
-a call against 585 us of kernels and SDPA's 716). At seq 4096 a loop of calls is GPU-bound only while the host's
+a call against 585 us of kernels and SDPA's 716; the d 64 forward and backward too since the seventh session:
+d 64 causal 4096 forward + backward 0.42x -> 0.81x SDPA's speed, not causal 0.84x -> 1.03x). At seq 4096 a loop of calls is GPU-bound only while the host's
 time a call stays under the kernels' 0.59 ms, and the autograd engine runs the Python backward on its device
 thread, where Python ran at up to twice its cost on the calling thread (H200, 2026-11-28,
-benchmarks/attention_host_stamps.py). So the autograd path makes no views (the launchers take ``(batch, heads,
+benchmarks/attention_host_timeline.py). So the autograd path makes no views (the launchers take ``(batch, heads,
 seq, d)`` tensors as they are, ``triton_launch.rows``), ``_check`` remembers the shapes it passed, the Gluon modules
 are looked up once and launch keys are written out: forward + backward at causal 4096 went from 0.73-0.74x SDPA's
 speed (the last session's two processes) to 1.02-1.03x in five processes on two machines (benchmarks/README.md).
@@ -707,21 +708,30 @@ def forward_kernels(
         return o, lse
     if tma is None:
         tma = FWD_TMA and _hopper(q) and q.dtype != torch.float32
-    k_desc, v_desc = k, v
-    if tma:  # block shape set per config by desc_hook (or here for a fixed config)
-        bn = config[1] if config else 16
-        k_desc = TensorDescriptor(k, [k.numel() // d, d], [d, 1], [bn, d])
-        v_desc = TensorDescriptor(v, [v.numel() // d, d], [d, 1], [bn, d])
-
     if head_group is None:
         head_group = FWD_HEAD_GROUP
+    bh_kv = rows(k)[0]
 
     def grid(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]) * bh,)
 
-    args = (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n)
-    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // rows(k)[0]}
-    launch(_flash_fwd_kernel, grid, args, consts, config)
+    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // bh_kv}
+
+    def build():
+        k_desc, v_desc = k, v
+        if tma:  # block shape set per config by desc_hook (or here for a fixed config)
+            bn = config[1] if config else 16
+            k_desc = TensorDescriptor(k, [bh_kv * n, d], [d, 1], [bn, d])
+            v_desc = TensorDescriptor(v, [bh_kv * n, d], [d, 1], [bn, d])
+        return grid, (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n), consts
+
+    if config is not None:
+        launch(_flash_fwd_kernel, *build(), config)
+        return o, lse
+    # every input of the launch (contiguous tensors): the same key is the same launch
+    key = (id(_flash_fwd_kernel), q.device.index, q.dtype, k.dtype, bh, bh_kv, n, d, is_causal, tma, head_group,
+           q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())  # fmt: skip
+    launch_keyed(key, _flash_fwd_kernel, build)
     return o, lse
 
 

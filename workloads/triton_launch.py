@@ -160,15 +160,17 @@ def launch_keyed(key: tuple, kernel, build) -> None:
     grid, args, consts = build()
     launch(kernel, grid, args, consts)
     plan = _PLANS.get(_launch_key(kernel, args, consts)) if FAST_LAUNCH else None
-    if plan is None or not plan[2] or callable(grid):
+    if plan is None or not plan[2]:
         return
     compiled, tuned, direct = plan
     named = dict(zip(kernel.arg_names, args, strict=False)) | consts | tuned
+    desc_hook(named)  # an autotuned kernel's descriptors take the tuned tile shapes, its grid the tuned block
+    dims = tuple(grid(named) if callable(grid) else grid)
     values = [named[name] for name in kernel.arg_names]
     flat = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in direct.flat(values)]
     if len(_KEYED) >= CACHE_ENTRIES:
         _KEYED.clear()
-    _KEYED[key] = (direct, tuple(grid) + (1,) * (3 - len(grid)), flat)
+    _KEYED[key] = (direct, dims + (1,) * (3 - len(dims)), flat)
 
 
 def _hooked_launches() -> bool:
