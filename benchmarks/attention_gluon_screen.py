@@ -2,11 +2,11 @@
 
 For each mask and length (1x16 heads, d 128, bf16): SDPA's forward and backward, the Triton forward and the
 ``tma`` backward, every ``flash_gluon_fwd`` config and every ``flash_gluon_bwd128`` config. ``--d-head 256``: the
-forward configs that fit shared memory there (``flash_gluon_fwd.fits``) and no Gluon backward (d 128 only). Each
+forward configs that fit shared memory there (``flash_gluon_fwd.fits``) and every ``flash_gluon_bwd256`` config. Each
 of ours is checked against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms; the
 candidates of a kind taking turns, ``--rounds``, as ``attention_bench.time_interleaved`` explains). Prints a table of
 SDPA's time over each (above 1: ours faster) and writes, with ``--best``, the fastest config of each kind that was
-correct in every case, as ``FLASH_TRITON_CONFIGS`` takes it (``fwd_gluon``, ``bwd_gluon128``; none where no Gluon
+correct in every case, as ``FLASH_TRITON_CONFIGS`` takes it (``fwd_gluon``, ``bwd_gluon128`` or ``bwd_gluon256``; none where no Gluon
 config beat the Triton kernel)::
 
     python3 benchmarks/attention_gluon_screen.py --out screen.jsonl --best best.json
@@ -34,9 +34,11 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_fwd
+from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_bwd256, flash_gluon_fwd
 from profiler_kit.workloads import flash_triton as ft
 from profiler_kit.workloads.attention_bench import time_interleaved
+
+BWD = {128: flash_gluon_bwd128, 256: flash_gluon_bwd256}  # head dim -> its Gluon backward
 
 
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -60,7 +62,7 @@ def probe(kind: str, name: str, causal: bool, d: int = 128) -> float:
         flash_gluon_fwd.forward(q, k, v, o, lse, d**-0.5, causal, name)
         return max(_rel(o, o_ref), (lse - lse_ref).abs().max().item())
     o_ref.backward(do.float())
-    ft.BWD_GLUON128 = name
+    setattr(ft, f"BWD_GLUON{d}", name)
     got = ft.backward_kernels(do, q, k, v, o_ref.detach().to(q.dtype), lse_ref.detach(), causal, "gluon_ws")
     return max(_rel(g, r.grad) for g, r in zip(got, ref, strict=True))
 
@@ -68,13 +70,13 @@ def probe(kind: str, name: str, causal: bool, d: int = 128) -> float:
 def _names(mod, configs, kind: str, kinds, d: int = 128) -> list[str]:
     """The configs of ``mod`` to screen: those named in ``configs`` (all where None) that take head dim ``d``, none if
     ``kind`` is left out."""
-    fit = flash_gluon_fwd.fits if mod is flash_gluon_fwd else (lambda _, dim: dim == flash_gluon_bwd128.HEAD_DIM)
+    fit = flash_gluon_fwd.fits if mod is flash_gluon_fwd else (lambda _, dim: dim == mod.HEAD_DIM)
     return [n for n in mod.CONFIGS if (configs is None or n in configs) and kind in kinds and fit(n, d)]
 
 
 def probe_all(path: str, limit: int, configs=None, kinds=("fwd", "bwd"), d: int = 128) -> None:
     """Every config's probe in its own process, all at once, each within ``limit`` s; ``path``: the passed ones."""
-    jobs = [(kind, name, causal) for kind, mod in (("fwd", flash_gluon_fwd), ("bwd", flash_gluon_bwd128))
+    jobs = [(kind, name, causal) for kind, mod in (("fwd", flash_gluon_fwd), ("bwd", BWD[d]))
             for name in _names(mod, configs, kind, kinds, d) for causal in (True, False)]  # fmt: skip
     procs = [
         subprocess.Popen([sys.executable, __file__, "--probe-one", kind, name, str(int(causal)), str(d)],
@@ -159,14 +161,15 @@ def screen_case(
     add("sdpa", lambda: out.backward(do, retain_graph=True))
     want = ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma")
     add("triton", lambda: ft.backward_kernels(do3, q3, k3, v3, o_ref, lse_ref, causal, "tma"))
-    kept = ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA
-    ft.BWD_GLUON128_GQA = True
-    for name in _names(flash_gluon_bwd128, configs, "bwd", kinds, d):
+    kept = ft.BWD_GLUON128_GQA, ft.BWD_GLUON256, flash_gluon_bwd128.SPLIT_GQA
+    ft.BWD_GLUON128_GQA, ft.BWD_GLUON256 = True, ft.BWD_GLUON256 or flash_gluon_bwd256.DEFAULT  # Gluon taken
+    mod = BWD[d]
+    for name in _names(mod, configs, "bwd", kinds, d):
         if allowed is not None and ["bwd", name, causal] not in allowed:
             continue
-        splits = (False, True) if kv != heads else (None,)
+        splits = (False, True) if kv != heads and mod is flash_gluon_bwd128 else (None,)
         for hg, split in ((hg, split) for hg in head_groups for split in splits):
-            opts = {"HEAD_GROUP": hg or flash_gluon_bwd128.HEAD_GROUP}
+            opts = {"HEAD_GROUP": hg or mod.HEAD_GROUP}
 
             def bwd(name=name, opts=opts, split=split):  # sets its config's module switches: timed in turns
                 if split is not None:
@@ -184,7 +187,7 @@ def screen_case(
             impl = f"gluon:{name}" + (f"/hg{hg}" if hg else "") + {None: "", False: "/loop", True: "/split"}[split]
             add(impl, bwd, err)
     flush("bwd", grads=[sq, sk, sv])
-    ft.BWD_GLUON128_GQA, flash_gluon_bwd128.SPLIT_GQA = kept
+    ft.BWD_GLUON128_GQA, ft.BWD_GLUON256, flash_gluon_bwd128.SPLIT_GQA = kept
     return rows
 
 
@@ -198,7 +201,7 @@ def best_configs(rows: list[dict], d: int = 128) -> dict:
             score.setdefault((r["kind"], r["impl"]), []).append(sdpa[r["kind"], r["seq"], r["causal"]] / r["ms"])
     means = {key: math.exp(sum(map(math.log, v)) / len(v)) for key, v in score.items() if all(map(math.isfinite, v))}
     out: dict = {"means": {f"{k}:{i}": round(m, 3) for (k, i), m in means.items()}}
-    for kind, key in (("fwd", "fwd_gluon"), ("bwd", "bwd_gluon128")):
+    for kind, key in (("fwd", "fwd_gluon"), ("bwd", f"bwd_gluon{d}")):
         gluon = {i: m for (k, i), m in means.items() if k == kind and i.startswith("gluon:") and "/" not in i}
         if gluon and max(gluon.values()) > means.get((kind, "triton"), 0.0):
             name = max(gluon, key=gluon.get).removeprefix("gluon:")
@@ -210,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seq", nargs="+", type=int, default=[4096, 16384])
     p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--d-head", type=int, default=128, choices=[128, 256], help="head dim (256: forward configs only)")
+    p.add_argument("--d-head", type=int, default=128, choices=[128, 256], help="head dim")
     p.add_argument("--kv-heads", type=int, default=0, help="K/V heads, a divisor of --heads (0: as many)")
     p.add_argument("--configs", nargs="+", default=None, help="only these configs (default: every one)")
     p.add_argument("--kinds", nargs="+", default=["fwd", "bwd"], choices=["fwd", "bwd"])

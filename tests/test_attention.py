@@ -140,7 +140,8 @@ def _cuda_sm90() -> bool:
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None or not _cuda_sm90(), reason="needs a Hopper GPU")
 @pytest.mark.parametrize(
-    ("d", "causal", "dtype"), [(128, True, "bfloat16"), (64, False, "float16"), (64, True, "bfloat16")]
+    ("d", "causal", "dtype"),
+    [(128, True, "bfloat16"), (64, False, "float16"), (64, True, "bfloat16"), (256, False, "bfloat16")],
 )
 def test_triton_gqa_on_gpu_within_sdpa_error(d, causal, dtype):
     """GQA (8 query heads on 2 K/V heads) on the default backward: errors against fp32 math attention at most
@@ -156,10 +157,13 @@ def test_triton_gqa_on_gpu_within_sdpa_error(d, causal, dtype):
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None or not _cuda_sm90(), reason="needs a Hopper GPU")
 @pytest.mark.parametrize("causal", [True, False])
 def test_triton_head_dim_256_on_gpu_within_sdpa_error(causal):
-    """Head dim 256 (the Gluon forward, the Triton backward with tiles that fit its shared memory): errors against
-    fp32 math attention at most 1.5x SDPA's on the same inputs."""
+    """Head dim 256 (the Gluon forward and backward, ``flash_gluon_bwd256``): errors against fp32 math attention at
+    most 1.5x SDPA's on the same inputs."""
+    from profiler_kit.workloads import flash_gluon_bwd256
+    from profiler_kit.workloads import flash_triton as ft
     from profiler_kit.workloads.attention_bench import check_case
 
+    assert ft._gluon_ws(torch.empty(4, 1024, 256, device="cuda", dtype=torch.bfloat16)) is flash_gluon_bwd256
     got = check_case("triton", 1, 4, 1024, 256, "bfloat16", causal)
     want = check_case("sdpa", 1, 4, 1024, 256, "bfloat16", causal)
     for key in ("rel_err_o", "rel_err_dq", "rel_err_dk", "rel_err_dv"):

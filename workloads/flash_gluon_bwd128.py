@@ -18,8 +18,9 @@ ptxas serializes the wgmma instructions, C7512.)
 
 Grouped-query heads (``GQA``): a program loops over the query heads that read its K/V head, so dK and dV keep one
 writer; or, with ``SPLIT_GQA`` (causal), a program per query head writes that head's dK and dV in fp32 and
-``sum_groups`` sums them per K/V head (one keyed launch: the four torch operations it replaced cost ~100 us of host
-time, and 16 on 4 K/V heads at causal 4096 went from 0.69x to 1.03x SDPA's speed, H200, seventh session). Looping makes programs GQA times longer and fewer, and a causal grid's tail grows
+``sum_groups`` sums them per K/V head (one keyed launch where four torch operations took ~100 us of host time; 16 on
+4 K/V heads, causal 4096, H200: backward 0.467 -> 0.443-0.445 ms against SDPA's 0.443; the fused layer there stays
+host-bound, 0.71-1.03x SDPA's speed from process to process). Looping makes programs GQA times longer and fewer, and a causal grid's tail grows
 with them: at 16 query heads on 4 K/V heads (H100, 2026-11-27, kernels alone, SDPA's time over ours) causal 4096 /
 16384 ran at 0.59 / 0.82x looping and 0.86 / 0.95x split, not causal 0.92 / 0.89x looping and 0.86 / 0.81x split
 (the extra fp32 traffic); on 8 K/V heads at 16384 causal 0.83 / 0.93x, not causal 0.93 / 0.92x. Launching all K/V

@@ -60,8 +60,8 @@ backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40), and i
 descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); every
 kernel of the autograd path replays a launch's encoded arguments where its key repeats
 (``triton_launch.launch_keyed``, 2026-11-28: a d 128 causal layer at 4096, forward + sum + backward, 855 -> 685 us
-a call against 585 us of kernels and SDPA's 716; the d 64 forward and backward too since the seventh session:
-d 64 causal 4096 forward + backward 0.42x -> 0.81x SDPA's speed, not causal 0.84x -> 1.03x). At seq 4096 a loop of calls is GPU-bound only while the host's
+a call against 585 us of kernels and SDPA's 716; the d 64 forward and backward too since 2026-11-28's seventh
+session: d 64 causal 4096 forward + backward 0.52-0.57x -> 0.98-1.06x SDPA's speed, one H200, old and new in turn). At seq 4096 a loop of calls is GPU-bound only while the host's
 time a call stays under the kernels' 0.59 ms, and the autograd engine runs the Python backward on its device
 thread, where Python ran at up to twice its cost on the calling thread (H200, 2026-11-28,
 benchmarks/attention_host_timeline.py). So the autograd path makes no views (the launchers take ``(batch, heads,
@@ -198,6 +198,11 @@ BWD_GLUON128: str | None = "d128"
 # flash_gluon_bwd128 with grouped-query heads (GPU test: tests/test_flash_gluon_bwd128.py::
 # test_grouped_query_heads_match_fp32_attention passed on the H100); off, GQA at d 128 takes the ``tma`` kernel
 BWD_GLUON128_GQA = True
+# flash_gluon_bwd256 config for the "gluon_ws" backward at head dim 256, grouped-query heads included (None: the
+# ``tma`` kernel there, with WIDE_CONFIGS). H200, 1x16 heads, bf16, kernels alone, SDPA's time over ours, causal / not
+# causal at 4096, 16384 (screen_bwd256_h200.jsonl): ``d256_dq128`` 1.03 1.15 / 1.06 1.18 (geometric mean 1.10, the
+# other configs 0.94-1.08), the ``tma`` kernel 0.26-0.29
+BWD_GLUON256: str | None = "d256_dq128"
 
 if os.environ.get("FLASH_TRITON_FIRST_CONFIG") == "1":  # skip autotuning (quick correctness runs)
     FWD_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = FWD_CONFIGS[:1], DKDV_CONFIGS[:1], DQ_CONFIGS[:1]
@@ -212,6 +217,7 @@ if os.environ.get("FLASH_TRITON_CONFIGS"):  # benchmarks: {"fwd": [[BM, BN, warp
     FWD_GLUON = {d: c for d, c in _fwd_gluon.items() if c}  # null: the Triton forward at that head dim
     BWD_GLUON128 = _override.get("bwd_gluon128", BWD_GLUON128)
     BWD_GLUON128_GQA = _override.get("bwd_gluon128_gqa", BWD_GLUON128_GQA)
+    BWD_GLUON256 = _override.get("bwd_gluon256", BWD_GLUON256)
     FWD_HEAD_GROUP = _override.get("fwd_head_group", FWD_HEAD_GROUP)
     BWD_OPTS = {**BWD_OPTS, **_override.get("bwd_opts", {})}
 
@@ -748,7 +754,7 @@ def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
 
 @functools.cache
 def _gluon_modules(release: str) -> tuple | None:
-    """``(flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128)`` where Triton's version starts with ``release`` (the
+    """``(flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128, flash_gluon_bwd256)`` where Triton's version starts with ``release`` (the
     one they were written for, ``GLUON_WS_TRITON``), else None; imported once (an import statement a call cost
     ~10 us of the backward's host time, issue 26).
 
@@ -758,22 +764,25 @@ def _gluon_modules(release: str) -> tuple | None:
     if not triton.__version__.startswith(release):
         return None
     try:
-        from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_fwd, flash_gluon_ws
+        from profiler_kit.workloads import flash_gluon_bwd128, flash_gluon_bwd256, flash_gluon_fwd, flash_gluon_ws
     except (ImportError, AttributeError):  # a Triton without Gluon, or whose internals it uses have moved
         return None
-    return flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128
+    return flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128, flash_gluon_bwd256
 
 
 def _gluon_ws(q: torch.Tensor):
     """The warp-specialized Gluon dK/dV module that takes these inputs (``supported``), else None:
-    ``flash_gluon_ws`` at head dim 64, ``flash_gluon_bwd128`` at 128 where ``BWD_GLUON128`` names a config."""
+    ``flash_gluon_ws`` at head dim 64, ``flash_gluon_bwd128`` at 128 and ``flash_gluon_bwd256`` at 256 where
+    ``BWD_GLUON128`` / ``BWD_GLUON256`` names a config."""
     modules = _gluon_modules(GLUON_WS_TRITON)
     if modules is None:
         return None
-    _, ws, bwd128 = modules
+    _, ws, bwd128, bwd256 = modules
     if ws.supported(q):
         return ws
-    return bwd128 if BWD_GLUON128 and bwd128.supported(q) else None
+    if BWD_GLUON128 and bwd128.supported(q):
+        return bwd128
+    return bwd256 if BWD_GLUON256 and bwd256.supported(q) else None
 
 
 def _gluon_fwd(q: torch.Tensor, k: torch.Tensor):
@@ -799,8 +808,8 @@ def backward_kernels(
     any strides): ``(dQ, dK, dV)`` like ``q``, ``k``, ``v``.
 
     With fewer K/V rows than Q rows (grouped-query attention, as ``forward_kernels``) dK and dV of a shared
-    head are the sums over its query heads, accumulated in one program (no atomics); the warp-specialized
-    Gluon kernels take no head groups (d 128: unless ``BWD_GLUON128_GQA``), so ``"gluon_ws"`` takes ``"tma"`` then.
+    head are the sums over its query heads, accumulated in one program (no atomics); the d 64 warp-specialized
+    Gluon kernel takes no head groups (d 128: unless ``BWD_GLUON128_GQA``), so ``"gluon_ws"`` takes ``"tma"`` then.
 
     ``dkdv_config`` and ``dq_config`` skip autotuning.
 
@@ -810,7 +819,7 @@ def backward_kernels(
     bh, n, d = rows(q)
     bh_kv = rows(k)[0]
     gqa = bh // bh_kv
-    ws = _gluon_ws(q) if mode == "gluon_ws" and (gqa == 1 or (BWD_GLUON128_GQA and d == 128)) else None
+    ws = _gluon_ws(q) if mode == "gluon_ws" and (gqa == 1 or (BWD_GLUON128_GQA and d == 128) or d == 256) else None
     if mode == "gluon_ws" and ws is None:  # inputs the warp-specialized kernel does not take
         mode, dkdv_config = "tma", None
     mode_id = BWD_MODES[mode]
@@ -836,7 +845,7 @@ def backward_kernels(
     scale = 1.0 / math.sqrt(d)
     if ws is not None:
         head_group = (opts or {}).get("HEAD_GROUP", ws.HEAD_GROUP)  # its own launch order
-        config = dkdv_config or (BWD_GLUON128 if d == 128 else ws.DEFAULT)
+        config = dkdv_config or {128: BWD_GLUON128, 256: BWD_GLUON256}.get(d) or ws.DEFAULT
         ws.dkdv(q, k, v, do, dq, lse, delta, dk, dv, scale, is_causal, config, head_group)
         return dq.to(q.dtype), dk, dv
     plain = {name: 1 if name == "HEAD_GROUP" else False for name in BWD_OPTS}
