@@ -40,3 +40,18 @@ def ptxas_spills(ptx: str, folder: Path) -> tuple[list[int], str]:
     assert out.returncode == 0, out.stderr[-2000:]
     assert not re.search(r"C751[245]", out.stderr), out.stderr[-2000:]
     return [int(x) for x in re.findall(r"(\d+) bytes spill stores", out.stderr)], out.stderr[-2000:]
+
+
+def sdpa_reference(q, k, v, do, causal: bool) -> tuple[list, list[float]]:
+    """fp32 math attention's gradients of ``q``, ``k``, ``v`` for ``do`` (the reference tensors, ``.grad`` set) and
+    SDPA's own relative errors against them on the 16-bit inputs: the bar a kernel's dQ, dK, dV are held to. K/V may
+    have fewer heads (``enable_gqa``)."""
+    import torch
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    gqa = k.shape[-3] != q.shape[-3]
+    ref = [t.float().requires_grad_() for t in (q, k, v)]
+    sdpa(*ref, is_causal=causal, enable_gqa=gqa).backward(do.float())
+    mine = [t.clone().requires_grad_() for t in (q, k, v)]
+    sdpa(*mine, is_causal=causal, enable_gqa=gqa).backward(do)
+    return ref, [((m.grad.float() - r.grad).norm() / r.grad.norm()).item() for m, r in zip(mine, ref, strict=True)]

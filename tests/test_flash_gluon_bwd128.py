@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tests.gluon_helpers import gluon_available, ptxas_spills, sm90
+from tests.gluon_helpers import gluon_available, ptxas_spills, sdpa_reference, sm90
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
 
@@ -66,11 +66,7 @@ def test_matches_fp32_attention_within_sdpa_error(n, causal, dtype, heads):
     gen = torch.Generator(device="cuda").manual_seed(n + heads)
     dt = getattr(torch, dtype)
     q, k, v, do = (torch.randn(1, heads, n, d, device="cuda", dtype=dt, generator=gen) for _ in range(4))
-    ref = [t.float().requires_grad_() for t in (q, k, v)]
-    torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=causal).backward(do.float())
-    mine = [t.clone().requires_grad_() for t in (q, k, v)]
-    torch.nn.functional.scaled_dot_product_attention(*mine, is_causal=causal).backward(do)
-    want = [((m.grad.float() - r.grad).norm() / r.grad.norm()).item() for m, r in zip(mine, ref, strict=True)]
+    ref, want = sdpa_reference(q, k, v, do, causal)
     q3, k3, v3, do3 = (t.view(heads, n, d) for t in (q, k, v, do))
     o, lse = ft.forward_kernels(q3, k3, v3, causal)
     assert g.supported(q3)
@@ -101,12 +97,7 @@ def test_grouped_query_heads_match_fp32_attention(causal, kv_heads, split, monke
     gen = torch.Generator(device="cuda").manual_seed(kv_heads + causal)
     q, do = (torch.randn(1, heads, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
     k, v = (torch.randn(1, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    ref = [t.float().requires_grad_() for t in (q, k, v)]
-    sdpa(*ref, is_causal=causal, enable_gqa=True).backward(do.float())
-    mine = [t.clone().requires_grad_() for t in (q, k, v)]
-    sdpa(*mine, is_causal=causal, enable_gqa=True).backward(do)
-    want = [((m.grad.float() - r.grad).norm() / r.grad.norm()).item() for m, r in zip(mine, ref, strict=True)]
+    ref, want = sdpa_reference(q, k, v, do, causal)
     q3, do3 = q.view(heads, n, d), do.view(heads, n, d)
     k3, v3 = k.view(kv_heads, n, d), v.view(kv_heads, n, d)
     o, lse = ft.forward_kernels(q3, k3, v3, causal)

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tests.gluon_helpers import gluon_available, ptxas_spills, sm90
+from tests.gluon_helpers import gluon_available, ptxas_spills, sdpa_reference, sm90
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
 
@@ -80,12 +80,7 @@ def _check_against_fp32(heads, kv_heads, n, causal, dtype, seed):
     dt = getattr(torch, dtype)
     q, do = (torch.randn(1, heads, n, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
     k, v = (torch.randn(1, kv_heads, n, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    ref = [t.float().requires_grad_() for t in (q, k, v)]
-    sdpa(*ref, is_causal=causal, enable_gqa=True).backward(do.float())
-    mine = [t.clone().requires_grad_() for t in (q, k, v)]
-    sdpa(*mine, is_causal=causal, enable_gqa=True).backward(do)
-    want = [((m.grad.float() - r.grad).norm() / r.grad.norm()).item() for m, r in zip(mine, ref, strict=True)]
+    ref, want = sdpa_reference(q, k, v, do, causal)
     q3, do3 = q.view(heads, n, d), do.view(heads, n, d)
     k3, v3 = k.view(kv_heads, n, d), v.view(kv_heads, n, d)
     o, lse = ft.forward_kernels(q3, k3, v3, causal)

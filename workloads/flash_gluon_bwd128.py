@@ -62,8 +62,15 @@ import torch
 import triton
 import triton.language as tl
 from profiler_kit.workloads import gluon_tiles
-from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
-from profiler_kit.workloads.triton_launch import capability, launch_keyed, rows
+from profiler_kit.workloads.gluon_tiles import (
+    acc_layout,
+    hopper_16bit,
+    load_query_tile,
+    tensor_desc,
+    tile_order,
+    tma_reduce_add,
+)
+from profiler_kit.workloads.triton_launch import launch_keyed, rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -108,18 +115,11 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.conste
     tma.async_copy_global_to_shared(k_desc, [kv_row0 + start_n, 0], kv_bar, k_smem)
     tma.async_copy_global_to_shared(v_desc, [kv_row0 + start_n, 0], kv_bar, v_smem)
     for t in range(GQA * num_m):  # the query tiles of each query head that reads these keys, head after head
-        s = t % STAGES
         q_row = row0 + lo + t * BM
         if GQA > 1:
             h = t // num_m
             q_row = row0 * GQA + h * N_CTX + lo + (t - h * num_m) * BM
-        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
-        # with each tile its rows of L and D (log-sum-exp, rowsum(dO O)), 256 bytes each
-        mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes + 2 * BM * 4)
-        tma.async_copy_global_to_shared(L, [q_row // BM, 0], ready.index(s), l_smem.index(s))
-        tma.async_copy_global_to_shared(D, [q_row // BM, 0], ready.index(s), d_smem.index(s))
-        tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready.index(s), q_smem.index(s))
-        tma.async_copy_global_to_shared(do_desc, [q_row, 0], ready.index(s), do_smem.index(s))
+        load_query_tile(t, q_row, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty, STAGES)
 
 
 @gluon.jit
@@ -280,14 +280,7 @@ def _flash_bwd128_kernel(
 
 def supported(q: torch.Tensor) -> bool:
     """The inputs this kernel handles: 16-bit on Hopper, head dim 128, whole 128-key programs."""
-    _, n, d = rows(q)
-    return (
-        q.is_cuda
-        and q.dtype in (torch.bfloat16, torch.float16)
-        and d == HEAD_DIM
-        and n % KEYS_PER_PROGRAM == 0
-        and capability(q.device.index)[0] == 9
-    )
+    return hopper_16bit(q, HEAD_DIM, KEYS_PER_PROGRAM)
 
 
 def launch_args(

@@ -31,8 +31,8 @@ import os
 
 import torch
 from profiler_kit.workloads import gluon_tiles
-from profiler_kit.workloads.gluon_tiles import acc_layout, tensor_desc, tile_order, tma_reduce_add
-from profiler_kit.workloads.triton_launch import capability, launch_keyed, rows
+from profiler_kit.workloads.gluon_tiles import acc_layout, hopper_16bit, tensor_desc, tile_order, tma_reduce_add
+from profiler_kit.workloads.triton_launch import launch_keyed, rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -255,14 +255,7 @@ def _flash_ws_dkdv_kernel(
 
 def supported(q: torch.Tensor) -> bool:
     """The inputs this kernel handles: 16-bit on Hopper, head dim 64, whole 128-key programs."""
-    _, n, d = rows(q)
-    return (
-        q.is_cuda
-        and q.dtype in (torch.bfloat16, torch.float16)
-        and d == 64
-        and n % KEYS_PER_PROGRAM == 0
-        and capability(q.device.index)[0] == 9
-    )
+    return hopper_16bit(q, 64, KEYS_PER_PROGRAM)
 
 
 def launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group=HEAD_GROUP):

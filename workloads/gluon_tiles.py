@@ -6,11 +6,12 @@ from __future__ import annotations
 import functools
 
 import torch
-from profiler_kit.workloads.triton_launch import CACHE_ENTRIES
+from profiler_kit.workloads.triton_launch import CACHE_ENTRIES, capability, rows
 from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 SHARED_MEMORY = 227 * 1024  # bytes of shared memory a program may take on an H100 or H200 (sm_90)
@@ -30,6 +31,34 @@ def tile_order(pid, num_tiles, n_bh, HEAD_GROUP: gl.constexpr):
     size = gl.minimum(n_bh - first, HEAD_GROUP)
     r = pid - first * num_tiles
     return r // size, first + r % size
+
+
+@gluon.jit
+def load_query_tile(
+    t, q_row, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty, STAGES: gl.constexpr
+):
+    """The backwards' load warp: the ``t``-th Q and dO tiles at row ``q_row`` with their rows of L and D (log-sum-exp,
+    rowsum(dO O); 4 bytes a row each) into stage ``t % STAGES`` of the ring, once the consumers have freed it."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    s = t % STAGES
+    mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
+    mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes + 2 * BM * 4)
+    tma.async_copy_global_to_shared(L, [q_row // BM, 0], ready.index(s), l_smem.index(s))
+    tma.async_copy_global_to_shared(D, [q_row // BM, 0], ready.index(s), d_smem.index(s))
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready.index(s), q_smem.index(s))
+    tma.async_copy_global_to_shared(do_desc, [q_row, 0], ready.index(s), do_smem.index(s))
+
+
+def hopper_16bit(q, d: int, multiple: int) -> bool:
+    """Whether a Gluon kernel of head dim ``d`` and ``multiple``-row programs takes ``q``: 16-bit on Hopper."""
+    _, n, dim = rows(q)
+    return (
+        q.is_cuda
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and dim == d
+        and n % multiple == 0
+        and capability(q.device.index)[0] == 9
+    )
 
 
 @builtin
