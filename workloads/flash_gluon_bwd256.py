@@ -1,7 +1,7 @@
 """The FlashAttention backward for Hopper at head dim 256 in Gluon, warp-specialized (FlashAttention-3's hdim-256
-layout). Unmeasured on a GPU: written and compiled for sm_90 offline.
+layout; issue 26).
 
-At d 256 Triton assembles no good dK/dV tiles (0.26-0.28x SDPA's speed). As FlashAttention-3, a program owns 64 keys
+At d 256 Triton assembles no good dK/dV tiles (0.26-0.29x SDPA's speed). As FlashAttention-3, a program owns 64 keys
 and the two consumer warpgroups split the head dim, each holding dK and dV of all 64 keys over its 128 columns
 (2 x 64 fp32 registers a thread):
 
@@ -28,7 +28,15 @@ Shared memory: K and V 64 KB, a Q/dO stage 64 KB, P^T and dS^T 16 KB a buffer, d
 ``DQ_COLS`` x 256 bytes; of 227 KB two stages fit only with one P/dS buffer and 32-column dQ products (``d256_s2``).
 
 Grouped-query heads (``GQA``): a program loops over the query heads that read its K/V head (no split).
-Head dim 256, 16-bit inputs, lengths a multiple of 64, causal or not, Hopper only (``supported``).
+Head dim 256, 16-bit inputs, lengths a multiple of 64, causal or not, Hopper only (``supported``);
+``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON256`` names a config.
+
+Measured on an H200 (1x16 heads, bf16, kernels alone, SDPA's time over ours, causal / not causal at 4096, 16384;
+``benchmarks/attention_gluon_screen.py --kinds bwd --d-head 256``, results/attention/screen_bwd256_h200.jsonl):
+``d256_dq128`` 1.03 1.15 / 1.06 1.18 (363-434 TFLOP/s against cuDNN's 354-382), ``d256_ahead_dq2`` 0.98 1.11 / 1.05
+1.17, ``d256`` 0.94 1.07 / 1.00 1.12, ``d256_ahead`` within 0.02 of ``d256``, one P/dS buffer (``d256_p1``) 0.89-1.05,
+two Q/dO stages (``d256_s2``) 0.85-1.03. With 16 query heads on 4 K/V heads the looping programs leave a causal
+tail at 4096 (the backward 0.86x SDPA's; 16384 1.12x).
 """
 
 from __future__ import annotations

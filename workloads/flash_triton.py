@@ -40,13 +40,14 @@ nothing).
 - Grouped-query attention: K/V with fewer heads than Q (a divisor of them); query head ``h`` reads K/V head
   ``h // group`` (SDPA's ``enable_gqa``), and the dK/dV kernel loops over a K/V head's query heads, so dK, dV
   are their sums with one writer per tile. The Gluon d 64 dK/dV kernel has no head groups (GQA takes ``"tma"``
-  there); the d 128 one takes them where ``BWD_GLUON128_GQA`` is on (the default).
+  there); the d 128 one takes them where ``BWD_GLUON128_GQA`` is on (the default), the d 256 one always.
 - At head dim 128 the forward is ``flash_gluon_fwd`` (``FWD_GLUON``: a load warp and two consumer warpgroups
   in FlashAttention-3's ping-pong) and the backward's dK/dV/dQ kernel ``flash_gluon_bwd128`` (``BWD_GLUON128``):
   about 1.02x and 0.93-1.06x SDPA's (cuDNN's) speed, where the Triton kernels ran at 0.78x and 0.75x (issue 26,
   H100, seq 4096-65536, causal and not; benchmarks/README.md). At head dim 256 the forward is
-  ``flash_gluon_fwd`` too (1.04-1.16x SDPA's speed on an H200, the Triton one 0.34-0.43x); its backward is the
-  Triton ``tma`` kernel's, with tiles that fit (``WIDE_CONFIGS``): 0.26-0.28x SDPA's (H200, seq 4096 and 16384).
+  ``flash_gluon_fwd`` too (1.04-1.16x SDPA's speed on an H200, the Triton one 0.34-0.43x) and the backward's
+  ``flash_gluon_bwd256`` (``BWD_GLUON256``, grouped-query heads included): 1.03-1.18x, where the Triton ``tma``
+  kernel, with tiles that fit (``WIDE_CONFIGS``; still the fallback), ran at 0.26-0.29x (H200, seq 4096 and 16384).
 - ``FWD_TMA`` would load the forward's K/V tiles through TMA descriptors; it
   measured no faster than pointer loads (run 4), so it is off.
 

@@ -1,5 +1,6 @@
-"""Pieces the warp-specialized Gluon attention kernels share (the forward, the d 64 and d 128 backwards): device
-helpers, the TMA descriptor of a tensor, and the offline compile for sm_90 their tests use."""
+"""Pieces the warp-specialized Gluon attention kernels share (the forward, the d 64, 128 and 256 backwards): device
+helpers (the backwards' load step among them), which inputs they take, the TMA descriptor of a tensor, and the offline
+compile for sm_90 their tests use."""
 
 from __future__ import annotations
 
