@@ -1,13 +1,13 @@
 """Screen of the head-dim-128 (and 256) Gluon kernels against SDPA in one process (issue 26).
 
-For each mask and length (1x16 heads, d 128, bf16): SDPA's forward and backward, the Triton forward and the
-``tma`` backward, every ``flash_gluon_fwd`` config and every ``flash_gluon_bwd128`` config. ``--d-head 256``: the
-forward configs that fit shared memory there (``flash_gluon_fwd.fits``) and every ``flash_gluon_bwd256`` config. Each
-of ours is checked against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms; the
-candidates of a kind taking turns, ``--rounds``, as ``attention_bench.time_interleaved`` explains). Prints a table of
-SDPA's time over each (above 1: ours faster) and writes, with ``--best``, the fastest config of each kind that was
-correct in every case, as ``FLASH_TRITON_CONFIGS`` takes it (``fwd_gluon``, ``bwd_gluon128`` or ``bwd_gluon256``; none where no Gluon
-config beat the Triton kernel)::
+For each mask and length (1x16 heads, d 128, bf16): SDPA's forward and backward, the Triton forward and the ``tma``
+backward, every ``flash_gluon_fwd`` config and every ``flash_gluon_bwd128`` config. ``--d-head 256``: the forward
+configs that fit shared memory there (``flash_gluon_fwd.fits``) and every ``flash_gluon_bwd256`` config. Each of
+ours is checked against the Triton kernels' results on the same inputs before it is timed (do_bench medians, ms; the
+candidates of a kind taking turns, ``--rounds``, as ``attention_bench.time_interleaved`` explains). Prints a table
+of SDPA's time over each (above 1: ours faster) and writes, with ``--best``, the fastest config of each kind that
+was correct in every case, as ``FLASH_TRITON_CONFIGS`` takes it (``fwd_gluon``, ``bwd_gluon128`` or
+``bwd_gluon256``; none where no Gluon config beat the Triton kernel)::
 
     python3 benchmarks/attention_gluon_screen.py --out screen.jsonl --best best.json
 

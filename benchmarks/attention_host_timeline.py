@@ -82,7 +82,8 @@ def _name(kernel) -> str:
 @contextlib.contextmanager
 def stamped_launches(ft):
     """Stamps around ``ft``'s forward and backward, the Function's Python backward and every kernel launch of
-    ``ft`` and the Gluon modules (``launch``/``launch_keyed``, labelled by kernel), restored on exit."""
+    ``ft``, ``gluon_tiles`` and the Gluon modules (``launch``/``launch_keyed``, labelled by kernel), restored on
+    exit."""
     wrapped = []
 
     def wrap(owner, name, label=None):
@@ -103,7 +104,9 @@ def stamped_launches(ft):
     wrap(ft, "forward_kernels", "forward_kernels")
     wrap(ft, "backward_kernels", "backward_kernels")
     wrap(ft.FlashAttention2Triton, "backward", "python backward")
-    for mod in (ft, *(ft._gluon_modules(ft.GLUON_WS_TRITON) or ())):
+    from profiler_kit.workloads import gluon_tiles  # the Gluon backwards launch through it
+
+    for mod in (ft, gluon_tiles, *(ft._gluon_modules(ft.GLUON_WS_TRITON) or ())):
         for name in ("launch", "launch_keyed"):
             if name in vars(mod):
                 wrap(mod, name)
@@ -268,9 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         "impl": str(args.impl_file or "workloads/flash_triton.py"),
         "host_us": {},
     }
-    print(
-        f"seq {n}, d {d}, heads {h} (K/V {kv}), bf16 causal, {results['device']}; host us per call (median of 3 x {args.iters}):"
-    )
+    print(f"seq {n}, d {d}, heads {h} (K/V {kv}), bf16 causal, {results['device']};", end=" ")
+    print(f"host us per call (median of 3 x {args.iters}):")
     for name, fn in rows.items():
         if name == "full, gc disabled":
             gc.disable()

@@ -1,9 +1,11 @@
 """The warp-specialized Gluon backward at head dim 256 (workloads/flash_gluon_bwd256.py).
 
-Without a GPU: every config compiles for sm_90 offline (Triton ships ptxas), causal or not, with grouped-query heads,
-with no serialized wgmma and at most a few spilled scalars. On a CUDA sm_90 GPU: dQ, dK, dV of ``dkdv`` (called directly, after
-``flash_triton.forward_kernels``) against fp32 math attention, within SDPA's own error on the same inputs, causal or
-not, bf16 and fp16; grouped-query heads likewise.
+Without a GPU: every config compiles for sm_90 offline (Triton ships ptxas), causal or not, with grouped-query
+heads, with no serialized wgmma and at most a few spilled scalars. On a CUDA sm_90 GPU: dQ, dK, dV of ``dkdv``
+(called directly, after ``flash_triton.forward_kernels``) against fp32 math attention, within SDPA's own error on
+the same inputs, causal or not, bf16 and fp16; grouped-query heads likewise. Without a GPU too: the three Gluon
+backwards launch what their ``launch_args`` build, under keys that repeat for the same buffers, and
+``flash_triton._gluon_ws`` routes head groups.
 """
 
 from __future__ import annotations
@@ -125,3 +127,64 @@ def test_matches_fp32_attention_within_sdpa_error(n, causal, dtype, heads):
 def test_grouped_query_heads_match_fp32_attention(causal, kv_heads, n):
     """dK, dV of a shared K/V head are the sums over its query heads (one program loops over them)."""
     _check_against_fp32(4, kv_heads, n, causal, "bfloat16", seed=kv_heads + causal)
+
+
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+@pytest.mark.parametrize("module", ["flash_gluon_ws", "flash_gluon_bwd128", "flash_gluon_bwd256"])
+def test_each_backward_launches_what_its_launch_args_build(module, monkeypatch):
+    """The Gluon backwards' shared launcher (``gluon_tiles.launch_backward``): the launch its module's ``launch_args``
+    builds, under a key that repeats for the same buffers and changes with any of them."""
+    import importlib
+
+    import torch
+    from profiler_kit.workloads import gluon_tiles
+
+    g = importlib.import_module(f"profiler_kit.workloads.{module}")
+    d = getattr(g, "HEAD_DIM", 64)  # flash_gluon_ws: head dim 64
+    launched = []
+    monkeypatch.setattr(gluon_tiles, "launch_keyed", lambda key, kernel, build: launched.append((key, kernel, build)))
+    q, k, v, do = (torch.empty(2, 256, d, dtype=torch.bfloat16) for _ in range(4))
+    dq = torch.empty(2, 256, d)
+    lse, delta = torch.empty(2, 256), torch.empty(2, 256)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    call = (q, k, v, do, dq, lse, delta, dk, dv, 0.125, True, g.DEFAULT)
+    g.dkdv(*call)
+    g.dkdv(*call)
+    g.dkdv(q, k, v, do, dq, lse, delta, dk, torch.empty_like(v), 0.125, True, g.DEFAULT)
+    (key, kernel, build), (again, *_), (other, *_) = launched
+    assert key == again and key != other
+    grid, args, consts = build()
+    want_grid, want_args, want_consts, opts = g.launch_args(*call)
+
+    def seen(a):  # what a launch reads of an argument: a tensor's or a descriptor's memory and layout, or the value
+        if isinstance(a, torch.Tensor):
+            return a.data_ptr(), a.shape
+        if hasattr(a, "base"):
+            return a.base.data_ptr(), tuple(a.shape), tuple(a.strides), tuple(a.block_shape)
+        return a
+
+    assert grid == want_grid and list(map(seen, args)) == list(map(seen, want_args))
+    assert [consts[name] for name in kernel.arg_names[len(args) :]] == list(want_consts)
+    assert {name: consts[name] for name in opts} == opts
+
+
+@pytest.mark.skipif(not gluon_available(), reason="triton without Gluon")
+def test_which_gluon_backward_takes_grouped_heads(monkeypatch):
+    """``flash_triton._gluon_ws``: the d 64 kernel takes no head groups, the d 128 one where ``BWD_GLUON128_GQA``
+    is on, the d 256 one always; a head dim without a Gluon backward gets none (the ``tma`` kernel)."""
+    import torch
+    from profiler_kit.workloads import flash_triton as ft
+
+    modules = ft._gluon_modules(ft.GLUON_WS_TRITON)
+    if modules is None:
+        pytest.skip("another Triton release: no Gluon backward")
+    ws, bwd128, bwd256 = modules[1:]
+    for mod, d in ((ws, 64), (bwd128, 128), (bwd256, 256)):  # as on a Hopper GPU, by head dim alone
+        monkeypatch.setattr(mod, "supported", lambda q, d=d: q.shape[-1] == d)
+    q = {d: torch.empty(2, 128, d) for d in (32, 64, 128, 256)}
+    assert [ft._gluon_ws(q[d]) for d in (32, 64, 128, 256)] == [None, ws, bwd128, bwd256]
+    assert [ft._gluon_ws(q[d], grouped=True) for d in (32, 64, 128, 256)] == [None, None, bwd128, bwd256]
+    monkeypatch.setattr(ft, "BWD_GLUON128_GQA", False)
+    assert ft._gluon_ws(q[128], grouped=True) is None and ft._gluon_ws(q[128]) is bwd128
+    monkeypatch.setattr(ft, "BWD_GLUON256", None)
+    assert ft._gluon_ws(q[256]) is None

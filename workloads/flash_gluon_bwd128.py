@@ -20,12 +20,13 @@ Grouped-query heads (``GQA``): a program loops over the query heads that read it
 writer; or, with ``SPLIT_GQA`` (causal), a program per query head writes that head's dK and dV in fp32 and
 ``sum_groups`` sums them per K/V head (one keyed launch where four torch operations took ~100 us of host time; 16 on
 4 K/V heads, causal 4096, H200: backward 0.467 -> 0.443-0.445 ms against SDPA's 0.443; the fused layer there stays
-host-bound, 0.71-1.03x SDPA's speed from process to process). Looping makes programs GQA times longer and fewer, and a causal grid's tail grows
-with them: at 16 query heads on 4 K/V heads (H100, 2026-11-27, kernels alone, SDPA's time over ours) causal 4096 /
-16384 ran at 0.59 / 0.82x looping and 0.86 / 0.95x split, not causal 0.92 / 0.89x looping and 0.86 / 0.81x split
-(the extra fp32 traffic); on 8 K/V heads at 16384 causal 0.83 / 0.93x, not causal 0.93 / 0.92x. Launching all K/V
-heads' longest programs first instead of head after head was slower (0.72 against 0.75x looping; without groups
-0.86 / 0.90x against 0.92 / 0.95x at 16384). ``flash_triton.BWD_GLUON128_GQA`` routes GQA here (GPU tests passed).
+host-bound, 0.71-1.03x SDPA's speed from process to process). Looping makes programs GQA times longer and fewer, and
+a causal grid's tail grows with them: at 16 query heads on 4 K/V heads (H100, 2026-11-27, kernels alone, SDPA's time
+over ours) causal 4096 / 16384 ran at 0.59 / 0.82x looping and 0.86 / 0.95x split, not causal 0.92 / 0.89x looping
+and 0.86 / 0.81x split (the extra fp32 traffic); on 8 K/V heads at 16384 causal 0.83 / 0.93x, not causal 0.93 /
+0.92x. Launching all K/V heads' longest programs first instead of head after head was slower (0.72 against 0.75x
+looping; without groups 0.86 / 0.90x against 0.92 / 0.95x at 16384). ``flash_triton.BWD_GLUON128_GQA`` routes GQA
+here (GPU tests passed).
 
 Head dim 128, 16-bit inputs, lengths a multiple of 128, causal or not, Hopper only (``supported``);
 ``flash_triton.backward_kernels`` takes it where ``flash_triton.BWD_GLUON128`` names a config.
@@ -65,7 +66,8 @@ from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import (
     acc_layout,
     hopper_16bit,
-    load_query_tile,
+    launch_backward,
+    load_query_tiles,
     tensor_desc,
     tile_order,
     tma_reduce_add,
@@ -107,19 +109,15 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr, SPLIT: gl.conste
     """One warp: K and V once, then the Q and dO tiles into the ring as the consumers free its stages."""
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, l_smem, d_smem,
      kv_bar, ready, empty, ds_ready, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m, N_CTX) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
     kv_row0 = row0
     if SPLIT > 1:  # a program per query head (row0 its rows): K/V of the head it reads
         kv_row0 = row0 // (SPLIT * N_CTX) * N_CTX
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [kv_row0 + start_n, 0], kv_bar, k_smem)
     tma.async_copy_global_to_shared(v_desc, [kv_row0 + start_n, 0], kv_bar, v_smem)
-    for t in range(GQA * num_m):  # the query tiles of each query head that reads these keys, head after head
-        q_row = row0 + lo + t * BM
-        if GQA > 1:
-            h = t // num_m
-            q_row = row0 * GQA + h * N_CTX + lo + (t - h * num_m) * BM
-        load_query_tile(t, q_row, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty, STAGES)
+    load_query_tiles(
+        row0, lo, num_m, N_CTX, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty, STAGES, GQA
+    )  # fmt: skip
 
 
 @gluon.jit
@@ -322,19 +320,8 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
     if split:
         dk, dv = (torch.empty(q.shape, dtype=torch.float32, device=q.device) for _ in range(2))
 
-    def build():
-        grid, args, consts, opts = launch_args(
-            q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group, split
-        )  # fmt: skip
-        names = _flash_bwd128_kernel.arg_names[len(args) :]
-        return grid, args, dict(zip(names, consts, strict=True)) | opts
-
-    # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
-    key = (id(_flash_bwd128_kernel), q.device.index, q.dtype, q.shape, k.shape, sm_scale, is_causal,
-           config if isinstance(config, str) else tuple(config), head_group, split,
-           q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr(), dq.data_ptr(), lse.data_ptr(), delta.data_ptr(),
-           dk.data_ptr(), dv.data_ptr(), q.stride(), k.stride(), v.stride(), do.stride())  # fmt: skip
-    launch_keyed(key, _flash_bwd128_kernel, build)
+    launch_backward(_flash_bwd128_kernel, launch_args, q, k, v, do, dq, lse, delta, dk, dv, sm_scale,
+                    is_causal, config, head_group, split)  # fmt: skip
     if split:
         sum_groups(dk, dv, dk_out, dv_out)
 

@@ -46,12 +46,13 @@ from profiler_kit.workloads import gluon_tiles
 from profiler_kit.workloads.gluon_tiles import (
     acc_layout,
     hopper_16bit,
-    load_query_tile,
+    launch_backward,
+    load_query_tiles,
     tensor_desc,
     tile_order,
     tma_reduce_add,
 )
-from profiler_kit.workloads.triton_launch import launch_keyed, rows
+from profiler_kit.workloads.triton_launch import rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -92,16 +93,12 @@ def _load_partition(a, STAGES: gl.constexpr, GQA: gl.constexpr):
     (q_desc, k_desc, v_desc, do_desc, dq_desc, k_smem, v_smem, q_smem, do_smem, pt_smem, dst_smem, dq_smem, l_smem,
      d_smem, kv_bar, ready, empty, p_ready, ds_ready, pds_free, DK, DV, L, D, sm_scale, row0, start_n, lo, num_m,
      N_CTX) = a  # fmt: skip
-    BM: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [row0 + start_n, 0], kv_bar, k_smem.index(0))
     tma.async_copy_global_to_shared(v_desc, [row0 + start_n, 0], kv_bar, v_smem.index(0))
-    for t in range(GQA * num_m):  # the query tiles of each query head that reads these keys, head after head
-        q_row = row0 + lo + t * BM
-        if GQA > 1:
-            h = t // num_m
-            q_row = row0 * GQA + h * N_CTX + lo + (t - h * num_m) * BM
-        load_query_tile(t, q_row, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty, STAGES)
+    load_query_tiles(
+        row0, lo, num_m, N_CTX, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty, STAGES, GQA
+    )  # fmt: skip
 
 
 @gluon.jit
@@ -320,20 +317,8 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
     (log-sum-exp of the scaled scores, rowsum(dO * O)). Any leading dims may stand for ``batch*heads``
     (``triton_launch.rows``).
     """
-
-    def build():
-        grid, args, consts, opts = launch_args(
-            q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group
-        )  # fmt: skip
-        names = _flash_bwd256_kernel.arg_names[len(args) :]
-        return grid, args, dict(zip(names, consts, strict=True)) | opts
-
-    # every input of the launch (addresses, strides, shapes, constants): the same key is the same launch
-    key = (id(_flash_bwd256_kernel), q.device.index, q.dtype, q.shape, k.shape, sm_scale, is_causal,
-           config if isinstance(config, str) else tuple(config), head_group,
-           q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr(), dq.data_ptr(), lse.data_ptr(), delta.data_ptr(),
-           dk.data_ptr(), dv.data_ptr(), q.stride(), k.stride(), v.stride(), do.stride())  # fmt: skip
-    launch_keyed(key, _flash_bwd256_kernel, build)
+    launch_backward(_flash_bwd256_kernel, launch_args, q, k, v, do, dq, lse, delta, dk, dv, sm_scale,
+                    is_causal, config, head_group)  # fmt: skip
 
 
 def compile_sm90(

@@ -31,8 +31,15 @@ import os
 
 import torch
 from profiler_kit.workloads import gluon_tiles
-from profiler_kit.workloads.gluon_tiles import acc_layout, hopper_16bit, tensor_desc, tile_order, tma_reduce_add
-from profiler_kit.workloads.triton_launch import launch_keyed, rows
+from profiler_kit.workloads.gluon_tiles import (
+    acc_layout,
+    hopper_16bit,
+    launch_backward,
+    tensor_desc,
+    tile_order,
+    tma_reduce_add,
+)
+from profiler_kit.workloads.triton_launch import rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -284,20 +291,8 @@ def dkdv(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config=DEFAUL
     ``triton_launch.launch_keyed``: after the first launch on these buffers, its encoded arguments are replayed into
     the compiled kernel's C launcher.
     """
-
-    def build():
-        grid, args, consts, opts = launch_args(
-            q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, head_group
-        )  # fmt: skip
-        names = _flash_ws_dkdv_kernel.arg_names[len(args) :]
-        return grid, args, dict(zip(names, consts, strict=True)) | opts
-
-    # every input of the launch (contiguous tensors): the same key is the same launch
-    key = (id(_flash_ws_dkdv_kernel), q.device.index, q.dtype, q.shape, sm_scale, is_causal,
-           config if isinstance(config, str) else tuple(config), head_group, q.data_ptr(), k.data_ptr(),
-           v.data_ptr(), do.data_ptr(), dq.data_ptr(), lse.data_ptr(), delta.data_ptr(), dk.data_ptr(),
-           dv.data_ptr())  # fmt: skip
-    launch_keyed(key, _flash_ws_dkdv_kernel, build)
+    launch_backward(_flash_ws_dkdv_kernel, launch_args, q, k, v, do, dq, lse, delta, dk, dv, sm_scale,
+                    is_causal, config, head_group)  # fmt: skip
 
 
 def compile_sm90(config=DEFAULT, n: int = 16384, is_causal: bool = True, dtype=torch.bfloat16, heads: int = 16):

@@ -55,20 +55,20 @@ fp32 inputs keep fp32 accumulators but their ``tl.dot`` products run on TF32
 tensor cores (Triton's default), like torch matmuls with TF32 allowed: about
 2e-3 relative error against fp32 math attention (run 9), not fp32's 1e-6.
 
-Short sequences are bound by the host, not the GPU: on Triton 3.6 ``triton_launch.launch`` calls a key's
-compiled kernel directly after its first launch, skipping Triton's per-call Python (run 11: forward +
-backward at seq 4096, d 64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40), and its C launcher with TMA
-descriptors' encodings cached (2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); every
-kernel of the autograd path replays a launch's encoded arguments where its key repeats
-(``triton_launch.launch_keyed``, 2026-11-28: a d 128 causal layer at 4096, forward + sum + backward, 855 -> 685 us
-a call against 585 us of kernels and SDPA's 716; the d 64 forward and backward too since 2026-11-28's seventh
-session: d 64 causal 4096 forward + backward 0.52-0.57x -> 0.98-1.06x SDPA's speed, one H200, old and new in turn). At seq 4096 a loop of calls is GPU-bound only while the host's
-time a call stays under the kernels' 0.59 ms, and the autograd engine runs the Python backward on its device
-thread, where Python ran at up to twice its cost on the calling thread (H200, 2026-11-28,
-benchmarks/attention_host_timeline.py). So the autograd path makes no views (the launchers take ``(batch, heads,
-seq, d)`` tensors as they are, ``triton_launch.rows``), ``_check`` remembers the shapes it passed, the Gluon modules
-are looked up once and launch keys are written out: forward + backward at causal 4096 went from 0.73-0.74x SDPA's
-speed (the last session's two processes) to 1.02-1.03x in five processes on two machines (benchmarks/README.md).
+Short sequences are bound by the host, not the GPU: on Triton 3.6 ``triton_launch.launch`` calls a key's compiled
+kernel directly after its first launch, skipping Triton's per-call Python (run 11: forward + backward at seq 4096, d
+64 from 0.87 to 0.47-0.80 ms against SDPA's 0.40), and its C launcher with TMA descriptors' encodings cached
+(2026-11-27, H100, d 128 at 4096: the forward's Python 177 -> 102 us); every kernel of the autograd path replays a
+launch's encoded arguments where its key repeats (``triton_launch.launch_keyed``, 2026-11-28: a d 128 causal layer
+at 4096, forward + sum + backward, 855 -> 685 us a call against 585 us of kernels and SDPA's 716; the d 64 forward
+and backward too since 2026-11-28's seventh session: d 64 causal 4096 forward + backward 0.52-0.57x -> 0.98-1.06x
+SDPA's speed, one H200, old and new in turn). At seq 4096 a loop of calls is GPU-bound only while the host's time a
+call stays under the kernels' 0.59 ms, and the autograd engine runs the Python backward on its device thread, where
+Python ran at up to twice its cost on the calling thread (H200, 2026-11-28, benchmarks/attention_host_timeline.py).
+So the autograd path makes no views (the launchers take ``(batch, heads, seq, d)`` tensors as they are,
+``triton_launch.rows``), ``_check`` remembers the shapes it passed, the Gluon modules are looked up once and launch
+keys are written out: forward + backward at causal 4096 went from 0.73-0.74x SDPA's speed (the last session's two
+processes) to 1.02-1.03x in five processes on two machines (benchmarks/README.md).
 
 The kernels are wrapped in ``torch.library`` custom ops so ``torch.compile``
 treats them as opaque calls (no graph break, no tracing into Triton). Eager
@@ -722,14 +722,13 @@ def forward_kernels(
     def grid(meta):
         return (triton.cdiv(n, meta["BLOCK_M"]) * bh,)
 
-    consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // bh_kv}
-
-    def build():
+    def build():  # only when the key below is new
         k_desc, v_desc = k, v
         if tma:  # block shape set per config by desc_hook (or here for a fixed config)
             bn = config[1] if config else 16
             k_desc = TensorDescriptor(k, [bh_kv * n, d], [d, 1], [bn, d])
             v_desc = TensorDescriptor(v, [bh_kv * n, d], [d, 1], [bn, d])
+        consts = {"HEAD_DIM": d, "IS_CAUSAL": is_causal, "TMA": tma, "HEAD_GROUP": head_group, "GQA": bh // bh_kv}
         return grid, (q, k, v, k_desc, v_desc, o, lse, 1.0 / math.sqrt(d), n), consts
 
     if config is not None:
@@ -755,9 +754,9 @@ def resolve_bwd_mode(q: torch.Tensor, mode: str | bool | None) -> str:
 
 @functools.cache
 def _gluon_modules(release: str) -> tuple | None:
-    """``(flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128, flash_gluon_bwd256)`` where Triton's version starts with ``release`` (the
-    one they were written for, ``GLUON_WS_TRITON``), else None; imported once (an import statement a call cost
-    ~10 us of the backward's host time, issue 26).
+    """``(flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128, flash_gluon_bwd256)`` where Triton's version starts
+    with ``release`` (the one they were written for, ``GLUON_WS_TRITON``), else None; imported once (an import
+    statement a call cost ~10 us of the backward's host time, issue 26).
 
     Gluon is Triton's experimental dialect and the kernels call one of the compiler's internal builders
     (the TMA reduce), so another Triton release gets the ``tma`` kernel rather than a compile error.
@@ -771,18 +770,19 @@ def _gluon_modules(release: str) -> tuple | None:
     return flash_gluon_fwd, flash_gluon_ws, flash_gluon_bwd128, flash_gluon_bwd256
 
 
-def _gluon_ws(q: torch.Tensor):
-    """The warp-specialized Gluon dK/dV module that takes these inputs (``supported``), else None:
-    ``flash_gluon_ws`` at head dim 64, ``flash_gluon_bwd128`` at 128 and ``flash_gluon_bwd256`` at 256 where
-    ``BWD_GLUON128`` / ``BWD_GLUON256`` names a config."""
+def _gluon_ws(q: torch.Tensor, grouped: bool = False):
+    """The warp-specialized Gluon dK/dV module that takes these inputs (``supported``; ``grouped``: K/V with fewer
+    heads than Q), else None: ``flash_gluon_ws`` at head dim 64 (no head groups), ``flash_gluon_bwd128`` at 128 and
+    ``flash_gluon_bwd256`` at 256 where ``BWD_GLUON128`` / ``BWD_GLUON256`` names a config (head groups at 128 where
+    ``BWD_GLUON128_GQA`` is on)."""
     modules = _gluon_modules(GLUON_WS_TRITON)
     if modules is None:
         return None
     _, ws, bwd128, bwd256 = modules
     if ws.supported(q):
-        return ws
+        return None if grouped else ws
     if BWD_GLUON128 and bwd128.supported(q):
-        return bwd128
+        return bwd128 if BWD_GLUON128_GQA or not grouped else None
     return bwd256 if BWD_GLUON256 and bwd256.supported(q) else None
 
 
@@ -820,7 +820,7 @@ def backward_kernels(
     bh, n, d = rows(q)
     bh_kv = rows(k)[0]
     gqa = bh // bh_kv
-    ws = _gluon_ws(q) if mode == "gluon_ws" and (gqa == 1 or (BWD_GLUON128_GQA and d == 128) or d == 256) else None
+    ws = _gluon_ws(q, gqa > 1) if mode == "gluon_ws" else None
     if mode == "gluon_ws" and ws is None:  # inputs the warp-specialized kernel does not take
         mode, dkdv_config = "tma", None
     mode_id = BWD_MODES[mode]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from profiler_kit.workloads.triton_launch import CACHE_ENTRIES, capability, rows
+from profiler_kit.workloads.triton_launch import CACHE_ENTRIES, capability, launch_keyed, rows
 from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -35,19 +35,26 @@ def tile_order(pid, num_tiles, n_bh, HEAD_GROUP: gl.constexpr):
 
 
 @gluon.jit
-def load_query_tile(
-    t, q_row, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty, STAGES: gl.constexpr
-):
-    """The backwards' load warp: the ``t``-th Q and dO tiles at row ``q_row`` with their rows of L and D (log-sum-exp,
-    rowsum(dO O); 4 bytes a row each) into stage ``t % STAGES`` of the ring, once the consumers have freed it."""
+def load_query_tiles(
+    row0, lo, num_m, N_CTX, q_desc, do_desc, L, D, q_smem, do_smem, l_smem, d_smem, ready, empty,
+    STAGES: gl.constexpr, GQA: gl.constexpr,
+):  # fmt: skip
+    """The backwards' load warp: the Q and dO tiles from row ``lo`` on, with their rows of L and D (log-sum-exp,
+    rowsum(dO O); 4 bytes a row each), of each of the ``GQA`` query heads that read the program's K/V head (head
+    after head; the first at row ``row0 * GQA``), into a ``STAGES``-deep ring as the consumers free its stages."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
-    s = t % STAGES
-    mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
-    mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes + 2 * BM * 4)
-    tma.async_copy_global_to_shared(L, [q_row // BM, 0], ready.index(s), l_smem.index(s))
-    tma.async_copy_global_to_shared(D, [q_row // BM, 0], ready.index(s), d_smem.index(s))
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready.index(s), q_smem.index(s))
-    tma.async_copy_global_to_shared(do_desc, [q_row, 0], ready.index(s), do_smem.index(s))
+    for t in range(GQA * num_m):
+        q_row = row0 + lo + t * BM
+        if GQA > 1:
+            h = t // num_m
+            q_row = row0 * GQA + h * N_CTX + lo + (t - h * num_m) * BM
+        s = t % STAGES
+        mbarrier.wait(empty.index(s), ((t // STAGES) & 1) ^ 1)  # fresh barriers pass phase 1 at once
+        mbarrier.expect(ready.index(s), q_desc.block_type.nbytes + do_desc.block_type.nbytes + 2 * BM * 4)
+        tma.async_copy_global_to_shared(L, [q_row // BM, 0], ready.index(s), l_smem.index(s))
+        tma.async_copy_global_to_shared(D, [q_row // BM, 0], ready.index(s), d_smem.index(s))
+        tma.async_copy_global_to_shared(q_desc, [q_row, 0], ready.index(s), q_smem.index(s))
+        tma.async_copy_global_to_shared(do_desc, [q_row, 0], ready.index(s), do_smem.index(s))
 
 
 def hopper_16bit(q, d: int, multiple: int) -> bool:
@@ -60,6 +67,23 @@ def hopper_16bit(q, d: int, multiple: int) -> bool:
         and n % multiple == 0
         and capability(q.device.index)[0] == 9
     )
+
+
+def launch_backward(kernel, launch_args, q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, *rest):
+    """Launch a Gluon dK/dV kernel on what its module's ``launch_args(q, ..., config, *rest)`` builds, replayed by
+    ``triton_launch.launch_keyed`` while every address, shape, stride and constant repeats (``rest``: the module's
+    launch-order and layout switches)."""
+
+    def build():
+        grid, args, consts, opts = launch_args(q, k, v, do, dq, lse, delta, dk, dv, sm_scale, is_causal, config, *rest)
+        return grid, args, dict(zip(kernel.arg_names[len(args) :], consts, strict=True)) | opts
+
+    # written out, as generator expressions cost microseconds of host time a call (issue 26)
+    key = (id(kernel), q.device.index, q.dtype, q.shape, k.shape, sm_scale, is_causal,
+           config if isinstance(config, str) else tuple(config), *rest,
+           q.data_ptr(), k.data_ptr(), v.data_ptr(), do.data_ptr(), dq.data_ptr(), lse.data_ptr(), delta.data_ptr(),
+           dk.data_ptr(), dv.data_ptr(), q.stride(), k.stride(), v.stride(), do.stride())  # fmt: skip
+    launch_keyed(key, kernel, build)
 
 
 @builtin
